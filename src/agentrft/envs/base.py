@@ -1,0 +1,71 @@
+"""The environment interface: system prompt, tools, limits, tasks, a default grader.
+
+An `Environment` is stateless and shared; `start(task)` returns an `Episode`
+holding per-episode state (the document in scope, tool calls used so far).
+The agent loop (rollout) sees only this interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrft.tools.base import ToolResult
+from agentrft.types import EnvRef, Message, Task
+
+
+class EnvLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=6, ge=1, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(default=128, ge=1)
+    max_total_tokens: int = Field(default=2048, ge=1, description="whole episode, prompt included")
+    max_tool_calls: int = Field(default=8, ge=0, description="calls past this budget get an error message")
+    tool_timeout_s: float = Field(default=10.0, gt=0)
+    wall_time_s: float = Field(default=300.0, gt=0)
+
+
+class Episode(ABC):
+    """Per-episode state. `call_tool` never raises for bad model output: it returns an error ToolResult."""
+
+    task: Task
+
+    @abstractmethod
+    async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult: ...
+
+
+class Environment(ABC):
+    name: str
+    version: str = "1"
+    limits: EnvLimits
+
+    @abstractmethod
+    def system_prompt(self) -> str: ...
+
+    @abstractmethod
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI function-tool schemas of this environment's tools."""
+
+    @abstractmethod
+    def tasks(self, split: str = "train") -> list[Task]: ...
+
+    @abstractmethod
+    def start(self, task: Task) -> Episode: ...
+
+    def few_shot(self) -> list[Message]:
+        """Worked examples as OpenAI messages (assistant tool_calls + tool results); rendered by the agent loop."""
+        return []
+
+    def initial_messages(self, task: Task) -> list[Message]:
+        system = Message(role="system", content=self.system_prompt())
+        return [system, *self.few_shot(), *task.messages]
+
+    def tool_schema_hash(self) -> str:
+        from agentrft.tools.schema import schema_hash
+
+        return schema_hash(self.tool_schemas())
+
+    def ref(self) -> EnvRef:
+        return EnvRef(name=self.name, version=self.version, tool_schema_hash=self.tool_schema_hash())

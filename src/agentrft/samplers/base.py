@@ -1,0 +1,95 @@
+"""The sampler interface: the only way rollout code talks to a policy.
+
+Two kinds of sampler exist:
+
+* `TokenSampler` — token-in-token-out (in-process Hugging Face, vLLM). The agent
+  loop renders the conversation to token ids with `render`, asks `sample` for a
+  continuation, and records the exact ids and log-probs for training.
+* `ChatSampler` — an OpenAI-compatible endpoint that may return no token ids;
+  trajectories made with it serve evaluation only (`Trajectory.tokens is None`).
+
+No torch here: concrete samplers import it lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FinishReason = Literal["stop", "length", "stop_string", "error"]
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=1)
+    max_tokens: int = Field(default=256, ge=1)
+    stop: list[str] = Field(default_factory=list, description="stop strings; the matched string is kept in the output")
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class SampleRequest:
+    """Shape legend: P = prompt length. `prompt_ids` is what the sampler consumes."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    group_key: str | None = None  # requests sharing a key share a prompt prefix (prefill once)
+
+
+@dataclass
+class SampleResult:
+    """Shape legend: N = number of sampled tokens; `token_ids` and `logprobs` have length N."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float = 0.0
+
+
+@runtime_checkable
+class TokenSampler(Protocol):
+    policy: str
+    policy_version: int
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of the conversation through the model's chat template."""
+        ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+@dataclass
+class ChatResult:
+    message: dict[str, Any]  # OpenAI assistant message (content, tool_calls)
+    finish_reason: FinishReason
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    prompt_ids: list[int] | None = None  # present only where the endpoint returns them
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ChatSampler(Protocol):
+    policy: str
+    policy_version: int
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   params: SamplingParams) -> ChatResult: ...

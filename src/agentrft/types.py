@@ -1,0 +1,290 @@
+"""The data model every layer reads and writes: Task, Message, ToolCall, events,
+token record, Grade, Trajectory, Run.
+
+Layer 1: imports nothing from agentrft and never torch. The trajectory is the
+contract (see ARCHITECTURE.md): the token record is exactly what the sampler
+consumed and produced, never rebuilt by re-tokenising the chat text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id() -> str:
+    """A 26-character time-sortable id (ULID layout: 48-bit ms time + 80 random bits).
+
+    Lexicographic order of ids equals creation order at millisecond resolution,
+    so `ORDER BY id` is chronological in the store.
+    """
+    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+# ---------------------------------------------------------------- messages
+
+
+class ToolCallFunction(_Model):
+    name: str
+    arguments: str = Field(description="JSON text of the arguments, as the OpenAI API sends it")
+
+
+class ToolCall(_Model):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+
+
+class Message(BaseModel):
+    """One OpenAI chat message. Unknown keys are kept so ingested logs round-trip."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        """Content as plain text (text parts joined when content is a list of parts)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if isinstance(p, dict))
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a plain dict, without unset optional keys."""
+        return self.model_dump(exclude_none=True)
+
+
+# ---------------------------------------------------------------- events
+
+
+class _Event(_Model):
+    t: float = Field(default_factory=time.time, description="wall-clock time, epoch seconds")
+    turn: int = Field(ge=0, description="0-based assistant turn this event belongs to")
+
+
+class ModelCallEvent(_Event):
+    type: Literal["model_call"] = "model_call"
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
+class ToolCallEvent(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str | None = None
+    name: str
+    arguments: dict[str, Any] | str = Field(description="parsed arguments, or the raw text when unparsable")
+    result: str | None = None
+    error: str | None = Field(default=None, description="error text shown to the model, if the call failed")
+    error_kind: str | None = Field(
+        default=None,
+        description="malformed | unknown_tool | bad_arguments | budget | timeout | exception",
+    )
+    latency_s: float = 0.0
+    truncated: bool = False
+
+
+class ReasoningEvent(_Event):
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+
+
+class FinalAnswerEvent(_Event):
+    type: Literal["final_answer"] = "final_answer"
+    text: str
+
+
+Event = Annotated[
+    ModelCallEvent | ToolCallEvent | ReasoningEvent | FinalAnswerEvent, Field(discriminator="type")
+]
+
+
+# ---------------------------------------------------------------- tokens
+
+
+class TokenRecord(_Model):
+    """Token-in-token-out record of one episode.
+
+    Shape legend: T = number of tokens in the whole episode. All lists have length T.
+    `loss_mask[i] == 1` exactly for tokens the sampler produced; prompt, chat-template
+    and tool-result tokens are 0. `logprobs[i]` is the sampler's log-prob for sampled
+    tokens and 0.0 elsewhere. `turn[i]` is the assistant turn the token belongs to
+    (prompt tokens before turn k's sampled tokens carry k).
+    """
+
+    ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    turn: list[int]
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> TokenRecord:
+        n = len(self.ids)
+        for field in ("loss_mask", "logprobs", "turn"):
+            if len(getattr(self, field)) != n:
+                raise ValueError(f"tokens.{field} has length {len(getattr(self, field))}, ids has {n}")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("tokens.loss_mask must hold only 0 and 1")
+        return self
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+
+# ---------------------------------------------------------------- grade
+
+# The error flags of SPECS §1; graders may add their own but these are the shared names.
+GRADER_ERROR_FLAGS = (
+    "formula_parse_error",
+    "invalid_variable_error",
+    "sample_parse_error",
+    "python_grader_runtime_error",
+    "python_grader_server_error",
+    "model_grader_parse_error",
+    "model_grader_refusal_error",
+    "model_grader_server_error",
+    "truncated_observation_error",
+    "unresponsive_reward_error",
+    "other_error",
+)
+
+
+class GradeError(_Model):
+    flag: str
+    grader: str = Field(description="name of the (sub-)grader that failed")
+    message: str = ""
+
+
+class Cost(_Model):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+    seconds: float = 0.0
+    usd: float | None = None
+
+
+class Grade(_Model):
+    reward: float
+    sub_rewards: dict[str, float | None] = Field(default_factory=dict)
+    turn_rewards: list[float] | None = Field(default=None, description="one process reward per assistant turn")
+    success: bool = False
+    errors: list[GradeError] = Field(default_factory=list)
+    cost: Cost = Field(default_factory=Cost)
+    grader: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def error_flags(self) -> list[str]:
+        return [e.flag for e in self.errors]
+
+
+# ---------------------------------------------------------------- tasks, trajectories, runs
+
+
+class Task(_Model):
+    """One problem for an environment: the prompt and the grading data (`data`)."""
+
+    id: str
+    env: str | None = None
+    messages: list[Message] = Field(description="the task's prompt; the last message is the user's")
+    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI tool schemas, if the task brings its own")
+    data: dict[str, Any] = Field(default_factory=dict, description="free grading data (answer, program, level ...)")
+
+
+class EnvRef(_Model):
+    name: str
+    version: str = "0"
+    tool_schema_hash: str = ""
+
+
+Status = Literal["completed", "max_turns", "truncated", "error"]
+
+
+class Trajectory(_Model):
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=new_id)
+    run_id: str = ""
+    task_id: str = ""
+    group_id: str = ""
+    env: EnvRef = Field(default_factory=lambda: EnvRef(name="none"))
+    policy: str = ""
+    policy_version: int = 0
+    messages: list[Message] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    tokens: TokenRecord | None = Field(default=None, description="None when the sampler returned no token ids (eval only)")
+    grade: Grade | None = None
+    status: Status = "completed"
+    error: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_schema(self) -> Trajectory:
+        if self.schema_version > SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {self.schema_version} is newer than this agentrft understands ({SCHEMA_VERSION})"
+            )
+        return self
+
+    @property
+    def tool_calls(self) -> list[ToolCallEvent]:
+        return [e for e in self.events if isinstance(e, ToolCallEvent)]
+
+    @property
+    def final_answer(self) -> str | None:
+        for e in reversed(self.events):
+            if isinstance(e, FinalAnswerEvent):
+                return e.text
+        return None
+
+    @property
+    def num_turns(self) -> int:
+        return sum(1 for m in self.messages if m.role == "assistant")
+
+    @property
+    def reward(self) -> float | None:
+        return None if self.grade is None else self.grade.reward
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Trajectory:
+        return cls.model_validate_json(text)
+
+
+class Run(_Model):
+    id: str = Field(default_factory=new_id)
+    name: str = ""
+    kind: Literal["eval", "train", "serve", "import", "demo", "check", "other"] = "other"
+    config: dict[str, Any] = Field(default_factory=dict)
+    created_at: float = Field(default_factory=time.time)
+    metadata: dict[str, Any] = Field(default_factory=dict)
