@@ -54,6 +54,15 @@ class Environment(ABC):
     @abstractmethod
     def start(self, task: Task) -> Episode: ...
 
+    def grader_spec(self) -> dict[str, Any]:
+        """The default grader of this environment as an OpenAI-style grader spec (see agentrft.graders)."""
+        return {
+            "type": "numeric",
+            "name": "answer",
+            "input": "{{ sample.output_text }}",
+            "reference": "{{ item.answer }}",
+        }
+
     def few_shot(self) -> list[Message]:
         """Worked examples as OpenAI messages (assistant tool_calls + tool results); rendered by the agent loop."""
         return []
