@@ -1,0 +1,44 @@
+"""Pure tensor functions of RL fine-tuning: advantages, per-token losses, aggregation, shaping, DPO.
+
+Every function is a function of its tensor arguments (no hidden state, inputs never
+mutated) and returns ``(result, metrics)`` where that makes sense; the caller runs
+the model and does the logging.
+"""
+
+from agentrft.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    broadcast_turn_advantages,
+    dr_grpo,
+    get_advantage_estimator,
+    grpo,
+    rloo,
+    turn_level,
+)
+from agentrft.algos.aggregation import aggregate, constant, seq_mean_token_mean, token_mean
+from agentrft.algos.dpo import dpo_loss
+from agentrft.algos.dynamic_sampling import filter_groups, is_zero_signal
+from agentrft.algos.losses import clipped_pg_loss, k3_kl, masked_mean, truncated_is_weights
+from agentrft.algos.shaping import overlong_penalty, shape_rewards
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "aggregate",
+    "broadcast_turn_advantages",
+    "clipped_pg_loss",
+    "constant",
+    "dpo_loss",
+    "dr_grpo",
+    "filter_groups",
+    "get_advantage_estimator",
+    "grpo",
+    "is_zero_signal",
+    "k3_kl",
+    "masked_mean",
+    "overlong_penalty",
+    "rloo",
+    "seq_mean_token_mean",
+    "shape_rewards",
+    "token_mean",
+    "truncated_is_weights",
+    "turn_level",
+]
