@@ -50,7 +50,7 @@ _PRELOAD = (
     "__future__ json math re string collections itertools functools operator statistics fractions "
     "decimal datetime typing dataclasses difflib unicodedata random hashlib ast textwrap enum copy "
     "heapq bisect numbers struct base64 io traceback warnings contextlib abc types weakref socket select "
-    "selectors csv glob fnmatch pathlib tempfile shutil uuid"
+    "selectors csv glob fnmatch pathlib tempfile shutil uuid encodings.idna encodings.ascii encodings.latin_1"
 )
 
 _HARNESS = r'''
