@@ -1,0 +1,234 @@
+"""The agent loop: one episode of a tool-using agent, recorded as a Trajectory.
+
+render → sample → parse → call tools → append tool results → repeat, until a
+turn has no tool call (its text is the final answer) or a limit is hit:
+
+| stop | status |
+| --- | --- |
+| a turn without tool calls (malformed calls count as calls) | ``completed`` |
+| ``limits.max_turns`` turns used and the last one still called a tool | ``max_turns`` |
+| a turn ran into its token cap, the episode's total token cap, or the wall time | ``truncated`` |
+| the sampler raised or reported an error; the template cannot be extended | ``error`` |
+
+The tool-call budget is the Episode's: calls past it come back as error results.
+Rollout imports no torch: the policy is reached only through the sampler interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from agentrft.envs.base import Environment, Episode
+from agentrft.rollout.formats import ParseError, ToolFormat, make_format
+from agentrft.rollout.tito import DeltaRenderer, TemplateError, TokenLedger
+from agentrft.samplers.base import ChatSampler, SampleRequest, SamplingParams, TokenSampler
+from agentrft.types import (
+    FinalAnswerEvent,
+    Message,
+    ModelCallEvent,
+    Task,
+    TokenRecord,
+    ToolCall,
+    ToolCallEvent,
+    ToolCallFunction,
+    Trajectory,
+    new_id,
+)
+
+
+class EpisodeEnd(Exception):
+    """Raised inside the loop to end the episode with a status (not an error of the caller)."""
+
+    def __init__(self, status: str, error: str | None = None) -> None:
+        super().__init__(error or status)
+        self.status, self.error = status, error
+
+
+def prompt_messages(env: Environment, task: Task, fmt: ToolFormat) -> list[Message]:
+    """The episode's opening messages (OpenAI format): the system prompt gets the format's tool instructions."""
+    messages = [m.model_copy(deep=True) for m in env.initial_messages(task)]
+    instructions = fmt.render_tool_instructions(env.tool_schemas())
+    if instructions:
+        if messages and messages[0].role == "system":
+            messages[0].content = f"{messages[0].text()}\n\n{instructions}".strip()
+        else:
+            messages.insert(0, Message(role="system", content=instructions))
+    return messages
+
+
+def to_render(message: Message, fmt: ToolFormat) -> dict[str, Any]:
+    """What the chat template sees for one message: calls written in the format's text unless native."""
+    if fmt.native:
+        return message.to_openai()
+    if message.role == "assistant":
+        return {"role": "assistant", "content": fmt.render_assistant(message)}
+    return {"role": message.role, "content": message.text()}
+
+
+def check_native(sampler: TokenSampler, tools: list[dict[str, Any]]) -> None:
+    """The native format needs a template that renders tools; say so plainly when it does not."""
+    probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    if list(sampler.render(probe, tools)) == list(sampler.render(probe, None)):
+        raise ValueError(f"tool format 'native' needs a chat template with tool support; {sampler.policy!r} "
+                         "ignores tools. Use tool_format='xml' or 'hermes'.")
+
+
+async def _call_tools(episode: Episode, turn: int, calls: list[ToolCall], errors: list[str]
+                      ) -> tuple[list[Message], list[ToolCallEvent], list[ToolCall]]:
+    """Run the turn's calls in order (the episode's budget counts them in order); malformed ones become errors."""
+    messages: list[Message] = []
+    events: list[ToolCallEvent] = []
+    extra_calls: list[ToolCall] = []
+    for call in calls:
+        raw = call.function.arguments
+        try:
+            args: dict[str, Any] | str = json.loads(raw)
+        except json.JSONDecodeError:
+            args = raw
+        t0 = time.monotonic()
+        result = await episode.call_tool(call.function.name, args)
+        latency = result.latency_s or (time.monotonic() - t0)
+        events.append(ToolCallEvent(turn=turn, call_id=call.id, name=call.function.name, arguments=args,
+                                    result=result.content, error=result.error, error_kind=result.error_kind,
+                                    latency_s=latency, truncated=result.truncated))
+        messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=result.content))
+    for err in errors:
+        raw = err.raw if isinstance(err, ParseError) else ""
+        name = (err.name if isinstance(err, ParseError) else None) or "invalid_tool_call"
+        # The malformed call keeps a place in the assistant's tool_calls so the tool message pairs with an id.
+        bad = ToolCall(id=f"call_{new_id()[-12:]}", function=ToolCallFunction(name=name, arguments=raw))
+        extra_calls.append(bad)
+        text = f"Error: {err}"
+        events.append(ToolCallEvent(turn=turn, call_id=bad.id, name=name, arguments=raw, result=None, error=text,
+                                    error_kind="malformed"))
+        messages.append(Message(role="tool", tool_call_id=bad.id, name=name, content=text))
+    return messages, events, extra_calls
+
+
+async def run_episode(env: Environment, sampler: TokenSampler | ChatSampler, task: Task, *,
+                      params: SamplingParams, tool_format: str = "xml", run_id: str = "", group_id: str = "",
+                      policy_version: int | None = None, group_key: str | None = None) -> Trajectory:
+    """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour)."""
+    fmt = make_format(tool_format, env.tool_schemas())
+    traj = Trajectory(run_id=run_id, task_id=task.id, group_id=group_id, env=env.ref(),
+                      policy=getattr(sampler, "policy", ""),
+                      policy_version=policy_version if policy_version is not None
+                      else getattr(sampler, "policy_version", 0))
+    traj.messages = prompt_messages(env, task, fmt)
+    limits = env.limits
+    token_mode = hasattr(sampler, "sample") and hasattr(sampler, "render")
+    ledger = TokenLedger() if token_mode else None
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s):
+            if token_mode:
+                await _token_loop(env, sampler, task, traj, fmt, params, ledger, group_key or group_id or None)
+            else:
+                await _chat_loop(env, sampler, task, traj, fmt, params)  # type: ignore[arg-type]
+    except EpisodeEnd as end:
+        traj.status, traj.error = end.status, end.error  # type: ignore[assignment]
+    except TimeoutError:
+        traj.status, traj.error = "truncated", f"wall time of {limits.wall_time_s:g} s exceeded"
+    except TemplateError as exc:
+        traj.status, traj.error = "error", str(exc)
+    if ledger is not None:
+        traj.tokens = TokenRecord(ids=ledger.ids, loss_mask=ledger.loss_mask, logprobs=ledger.logprobs,
+                                  turn=ledger.turn)
+    traj.finished_at = time.time()
+    return traj
+
+
+def _turn_params(params: SamplingParams, fmt: ToolFormat, budget: int) -> SamplingParams:
+    stop = list(dict.fromkeys([*params.stop, *fmt.stop_strings()]))
+    return params.model_copy(update={"max_tokens": budget, "stop": stop})
+
+
+async def _token_loop(env: Environment, sampler: TokenSampler, task: Task, traj: Trajectory, fmt: ToolFormat,
+                      params: SamplingParams, ledger: TokenLedger, group_key: str | None) -> None:
+    limits = env.limits
+    tools = env.tool_schemas() if fmt.native else None
+    if fmt.native:
+        check_native(sampler, env.tool_schemas())
+    delta = DeltaRenderer(sampler, tools)
+    ledger.add_prompt(list(sampler.render([to_render(m, fmt) for m in traj.messages], tools,
+                                          add_generation_prompt=True)), turn=0)
+    episode = env.start(task)
+    for turn in range(limits.max_turns):
+        budget = min(params.max_tokens, limits.max_tokens_per_turn, limits.max_total_tokens - len(ledger.ids))
+        if budget < 1:  # only the opening prompt can get here; later deltas are checked before appending
+            raise EpisodeEnd("truncated", f"prompt of {len(ledger.ids)} tokens leaves nothing of the episode "
+                                          f"token limit of {limits.max_total_tokens}")
+        request = SampleRequest(prompt_ids=list(ledger.ids), params=_turn_params(params, fmt, budget),
+                                group_key=group_key)
+        try:
+            result = await sampler.sample(request)
+        except Exception as exc:  # noqa: BLE001 - a failing policy ends this episode, not the run
+            raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
+        ledger.add_sampled(list(result.token_ids), list(result.logprobs), turn)
+        traj.events.append(ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
+                                          completion_tokens=result.completion_tokens,
+                                          finish_reason=result.finish_reason))
+        if result.finish_reason == "error":
+            traj.messages.append(Message(role="assistant", content=result.text))
+            raise EpisodeEnd("error", "sampler reported an error")
+        parsed = fmt.parse(result.text)
+        if result.finish_reason == "length" and not parsed.tool_calls:
+            traj.messages.append(Message(role="assistant", content=result.text))
+            raise EpisodeEnd("truncated", f"turn {turn} hit its token limit of {budget}")
+        if not parsed.has_calls:
+            traj.messages.append(Message(role="assistant", content=parsed.content))
+            traj.events.append(FinalAnswerEvent(turn=turn, text=parsed.content))
+            traj.status = "completed"
+            return
+        tool_msgs, events, extra = await _call_tools(episode, turn, parsed.tool_calls, parsed.errors)
+        assistant = Message(role="assistant", content=parsed.content or None, tool_calls=[*parsed.tool_calls, *extra])
+        traj.messages += [assistant, *tool_msgs]
+        traj.events += events
+        if turn + 1 >= limits.max_turns:
+            break
+        next_ids = delta.delta(list(result.token_ids), to_render(assistant, fmt),
+                               [to_render(m, fmt) for m in tool_msgs])
+        if len(ledger.ids) + len(next_ids) >= limits.max_total_tokens:
+            # Not appended: the token record holds only what the sampler consumed and produced.
+            raise EpisodeEnd("truncated", f"episode token limit of {limits.max_total_tokens} reached")
+        ledger.add_prompt(next_ids, turn=turn + 1)
+    raise EpisodeEnd("max_turns", f"{limits.max_turns} turns used without a final answer")
+
+
+async def _chat_loop(env: Environment, sampler: ChatSampler, task: Task, traj: Trajectory, fmt: ToolFormat,
+                     params: SamplingParams) -> None:
+    """Endpoint without token ids (eval only): OpenAI messages and tools go to the endpoint as they are."""
+    limits = env.limits
+    episode = env.start(task)
+    for turn in range(limits.max_turns):
+        try:
+            result = await sampler.chat([m.to_openai() for m in traj.messages], env.tool_schemas() or None,
+                                        params.model_copy(update={"max_tokens": min(params.max_tokens,
+                                                                                   limits.max_tokens_per_turn)}))
+        except Exception as exc:  # noqa: BLE001
+            raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
+        traj.events.append(ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
+                                          completion_tokens=result.completion_tokens,
+                                          finish_reason=result.finish_reason))
+        msg = Message.model_validate({**result.message, "role": "assistant"})
+        calls = list(msg.tool_calls or [])
+        errors: list[str] = []
+        if not calls:  # an endpoint without tool support may still write calls in the text
+            parsed = fmt.parse(msg.text())
+            calls, errors = parsed.tool_calls, parsed.errors
+            if calls or errors:
+                msg = Message(role="assistant", content=parsed.content or None)
+        if not calls and not errors:
+            traj.messages.append(msg)
+            if result.finish_reason == "length":
+                raise EpisodeEnd("truncated", f"turn {turn} hit its token limit")
+            traj.events.append(FinalAnswerEvent(turn=turn, text=msg.text()))
+            traj.status = "completed"
+            return
+        tool_msgs, events, extra = await _call_tools(episode, turn, calls, errors)
+        msg.tool_calls = [*calls, *extra]
+        traj.messages += [msg, *tool_msgs]
+        traj.events += events
+    raise EpisodeEnd("max_turns", f"{limits.max_turns} turns used without a final answer")

@@ -1,0 +1,247 @@
+"""The agent loop with a fake sampler and environment: statuses, events, and the token-in-token-out invariant."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from rollout_fakes import EOS, FakeEnv, FakeSampler, chatml, decode, encode, rewriting, task
+
+from agentrft.envs.base import EnvLimits
+from agentrft.rollout.agent import run_episode
+from agentrft.samplers.base import SamplingParams
+from agentrft.types import FinalAnswerEvent, ModelCallEvent, ToolCallEvent, Trajectory
+
+PARAMS = SamplingParams(temperature=1.0, max_tokens=200)
+
+
+def play(sampler: FakeSampler, env: FakeEnv | None = None, fmt: str = "xml", **kw) -> Trajectory:
+    return asyncio.run(run_episode(env or FakeEnv(), sampler, task(), params=PARAMS, tool_format=fmt,
+                                   run_id="r1", group_id="g1", **kw))
+
+
+def assert_tito(traj: Trajectory, sampler: FakeSampler) -> None:
+    """Every prompt the sampler got is a prefix of the trajectory ids, and what followed it is exactly its output."""
+    tok = traj.tokens
+    assert tok is not None
+    assert len(sampler.prompts) == len(sampler.results)
+    for prompt, result in zip(sampler.prompts, sampler.results):
+        assert tok.ids[:len(prompt)] == prompt
+        end = len(prompt) + len(result.token_ids)
+        assert tok.ids[len(prompt):end] == result.token_ids
+        assert tok.logprobs[len(prompt):end] == result.logprobs
+    # loss_mask is 1 exactly on the sampled spans
+    sampled_positions = {p for prompt, r in zip(sampler.prompts, sampler.results)
+                         for p in range(len(prompt), len(prompt) + len(r.token_ids))}
+    assert {i for i, m in enumerate(tok.loss_mask) if m == 1} == sampled_positions
+    assert all(lp == 0.0 for lp, m in zip(tok.logprobs, tok.loss_mask) if m == 0)
+
+
+def test_tool_call_then_final_answer() -> None:
+    sampler = FakeSampler(["I will compute.<calculate>5829 - 5735</calculate> ignored", "The answer is 94."])
+    traj = play(sampler)
+    assert traj.status == "completed" and traj.error is None
+    assert traj.final_answer == "The answer is 94."
+    assert [m.role for m in traj.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    call_msg = traj.messages[2]
+    assert call_msg.content == "I will compute." and call_msg.tool_calls[0].function.name == "calculate"
+    assert traj.messages[3].content == "94" and traj.messages[3].tool_call_id == call_msg.tool_calls[0].id
+    tool_events = traj.tool_calls
+    assert len(tool_events) == 1 and tool_events[0].arguments == {"expression": "5829 - 5735"}
+    assert tool_events[0].result == "94" and tool_events[0].error is None
+    kinds = [type(e) for e in traj.events]
+    assert kinds == [ModelCallEvent, ToolCallEvent, ModelCallEvent, FinalAnswerEvent]
+    assert [e.finish_reason for e in traj.events if isinstance(e, ModelCallEvent)] == ["stop_string", "stop"]
+    assert (traj.run_id, traj.group_id, traj.policy, traj.policy_version) == ("r1", "g1", "fake-policy", 3)
+    assert traj.env.name == "fake-env" and traj.finished_at is not None
+    # the stop strings of the format were passed, and the per-turn cap applied
+    assert "</calculate>" in sampler.requests[0].params.stop
+    assert sampler.requests[0].params.max_tokens == 200
+    assert sampler.requests[0].group_key == "g1"
+    assert_tito(traj, sampler)
+
+
+def test_token_delta_text_and_turn_indices() -> None:
+    sampler = FakeSampler(["<calculate>1 + 2</calculate>", "3"])
+    traj = play(sampler)
+    tok = traj.tokens
+    first_prompt, second_prompt = sampler.prompts
+    # the sampler stopped at the stop string, so the delta closes the turn with <|im_end|>\n itself
+    delta = second_prompt[len(first_prompt) + len(sampler.results[0].token_ids):]
+    assert decode(delta) == "<|im_end|>\n<|im_start|>tool\n3<|im_end|>\n<|im_start|>assistant\n"
+    n0 = len(first_prompt)
+    n1 = n0 + len(sampler.results[0].token_ids)
+    assert tok.turn == [0] * n1 + [1] * (len(tok.ids) - n1)
+    assert tok.ids[-1] == EOS and tok.loss_mask[-1] == 1
+    assert tok.num_sampled == sum(len(r.token_ids) for r in sampler.results)
+    # the first prompt is the system prompt with the xml instructions, then the user question
+    text0 = decode(first_prompt)
+    assert text0.startswith("<|im_start|>system\nYou answer with numbers.\n\nYou can use these tools:")
+    assert text0.endswith("What is 5829 minus 5735?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_hermes_episode() -> None:
+    # an xml-style call is plain text under hermes: the turn is a final answer
+    traj = play(FakeSampler(["<calculate>2 * 3</calculate>"]), fmt="hermes")
+    assert traj.status == "completed" and traj.tool_calls == []
+    sampler = FakeSampler(['<tool_call>{"name": "calculate", "arguments": {"expression": "2*3"}}</tool_call>', "6"])
+    traj = play(sampler, fmt="hermes")
+    assert traj.status == "completed" and traj.tool_calls[0].result == "6"
+    assert sampler.requests[0].params.stop == ["</tool_call>"]
+    assert_tito(traj, sampler)
+
+
+def test_eos_overlap_when_no_stop_string() -> None:
+    class NoStop(FakeSampler):
+        async def sample(self, request):  # ignores stop strings: ends with EOS after the call
+            request.params = request.params.model_copy(update={"stop": []})
+            return await super().sample(request)
+
+    sampler = NoStop(["<calculate>2 * 3</calculate>", "6"])
+    traj = play(sampler)
+    assert sampler.results[0].token_ids[-1] == EOS
+    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids):]
+    assert decode(delta) == "\n<|im_start|>tool\n6<|im_end|>\n<|im_start|>assistant\n"
+    assert_tito(traj, sampler)
+
+
+def test_non_append_only_template_keeps_sampled_tokens() -> None:
+    sampler = FakeSampler(["<think>subtract</think><calculate>5829 - 5735</calculate>",
+                           "<think>now the answer</think><calculate>94 * 1</calculate>", "answer: 94"],
+                          template=rewriting)
+    traj = play(sampler)
+    assert traj.status == "completed" and traj.final_answer == "answer: 94"
+    assert_tito(traj, sampler)
+    # the template really does rewrite the past: re-rendering the conversation would not give the sampler's ids
+    from agentrft.rollout.agent import to_render
+    from agentrft.rollout.formats import make_format
+
+    fmt = make_format("xml", FakeEnv().tool_schemas())
+    rerendered = sampler.render([to_render(m, fmt) for m in traj.messages[:-1]], None, True)
+    assert rerendered != sampler.prompts[-1]
+    # sampled ids use tokens ("calculate" as one id) that the template's own encoding never produces
+    assert 900 in traj.tokens.ids and 900 not in encode(decode(traj.tokens.ids))
+    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids):]
+    assert decode(delta) == "<|im_end|>\n<|im_start|>user\n<r>94</r><|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_max_turns() -> None:
+    env = FakeEnv(EnvLimits(max_turns=2, max_tokens_per_turn=100, max_total_tokens=100_000))
+    sampler = FakeSampler(["<calculate>1 + 1</calculate>", "<calculate>2 + 2</calculate>", "never"])
+    traj = play(sampler, env)
+    assert traj.status == "max_turns" and traj.final_answer is None
+    assert len(sampler.prompts) == 2 and len(traj.tool_calls) == 2
+    assert traj.messages[-1].role == "tool" and traj.messages[-1].content == "4"
+    assert traj.tokens.ids[-1] == sampler.results[-1].token_ids[-1]  # nothing appended after the last sample
+    assert_tito(traj, sampler)
+
+
+def test_budget_errors_are_counted_and_loop_continues() -> None:
+    env = FakeEnv(EnvLimits(max_turns=5, max_tool_calls=1, max_total_tokens=100_000))
+    sampler = FakeSampler(["<calculate>1 + 1</calculate>", "<calculate>2 + 2</calculate>", "2"])
+    traj = play(sampler, env)
+    assert traj.status == "completed"
+    kinds = [e.error_kind for e in traj.tool_calls]
+    assert kinds == [None, "budget"]
+    assert traj.messages[5].content == "Error: tool-call budget exhausted"
+
+
+def test_malformed_call_becomes_tool_error_and_loop_continues() -> None:
+    sampler = FakeSampler(['<lookup>{"key": </lookup>', '<lookup>{"key": "rev", "year": 2019}</lookup>', "7"])
+    traj = play(sampler)
+    assert traj.status == "completed" and traj.final_answer == "7"
+    first = traj.tool_calls[0]
+    assert first.error_kind == "malformed" and first.name == "lookup" and first.arguments == '<lookup>{"key": </lookup>'
+    assert first.error.startswith("Error: arguments of <lookup> are not valid JSON")
+    assistant, tool_msg = traj.messages[2], traj.messages[3]
+    assert assistant.tool_calls[0].id == tool_msg.tool_call_id and tool_msg.content == first.error
+    assert traj.tool_calls[1].arguments == {"key": "rev", "year": 2019} and traj.tool_calls[1].error is None
+    assert "Error: arguments of <lookup>" in decode(sampler.prompts[1])
+    assert_tito(traj, sampler)
+
+
+def test_unknown_tool_via_hermes_reaches_env() -> None:
+    sampler = FakeSampler(['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "done"])
+    traj = play(sampler, fmt="hermes")
+    assert traj.tool_calls[0].error_kind == "unknown_tool" and traj.status == "completed"
+
+
+def test_turn_token_limit_truncates() -> None:
+    env = FakeEnv(EnvLimits(max_turns=3, max_tokens_per_turn=5, max_total_tokens=100_000))
+    sampler = FakeSampler(["a long rambling answer"])
+    traj = play(sampler, env)
+    assert traj.status == "truncated" and "token limit of 5" in traj.error
+    assert traj.tokens.num_sampled == 5 and traj.final_answer is None
+    assert_tito(traj, sampler)
+
+
+def test_total_token_limit_caps_last_turn_and_stops_before_overflow() -> None:
+    outputs = ["<calculate>1 + 1</calculate>", "22222"]
+    probe_sampler = FakeSampler(list(outputs))
+    play(probe_sampler)
+    p0, s0 = len(probe_sampler.prompts[0]), len(probe_sampler.results[0].token_ids)
+    d0 = len(probe_sampler.prompts[1]) - p0 - s0
+    # room for 2 tokens in turn 1: the request is capped to 2 and the turn is cut
+    sampler = FakeSampler(list(outputs))
+    traj = play(sampler, FakeEnv(EnvLimits(max_turns=3, max_tokens_per_turn=100, max_total_tokens=p0 + s0 + d0 + 2)))
+    assert sampler.requests[1].params.max_tokens == 2
+    assert traj.status == "truncated" and len(traj.tokens.ids) == p0 + s0 + d0 + 2
+    assert_tito(traj, sampler)
+    # no room after the delta: the episode stops without appending tokens the sampler never saw
+    sampler = FakeSampler(list(outputs))
+    traj = play(sampler, FakeEnv(EnvLimits(max_turns=3, max_tokens_per_turn=100, max_total_tokens=p0 + s0 + d0)))
+    assert traj.status == "truncated" and "token limit" in traj.error
+    assert len(sampler.prompts) == 1 and len(traj.tokens.ids) == p0 + s0
+    # a prompt that alone fills the limit is truncated before any sampling
+    sampler = FakeSampler(list(outputs))
+    traj = play(sampler, FakeEnv(EnvLimits(max_turns=3, max_total_tokens=p0)))
+    assert traj.status == "truncated" and sampler.prompts == [] and traj.tokens.num_sampled == 0
+
+
+def test_sampler_exception_is_error_status() -> None:
+    sampler = FakeSampler(["<calculate>1 + 1</calculate>", "2"], fail_on=1)
+    traj = play(sampler)
+    assert traj.status == "error" and "RuntimeError: device lost" in traj.error
+    assert len(traj.tool_calls) == 1
+
+
+def test_wall_time_truncates() -> None:
+    env = FakeEnv(EnvLimits(max_turns=3, wall_time_s=0.05))
+    traj = play(FakeSampler(["slow"], delay_s=1.0), env)
+    assert traj.status == "truncated" and "wall time" in traj.error
+
+
+def test_few_shot_rendered_in_format() -> None:
+    sampler = FakeSampler(["94"])
+    traj = play(sampler, FakeEnv(few_shot=True))
+    text = decode(sampler.prompts[0])
+    assert "<|im_start|>assistant\n<calculate>2 + 2</calculate><|im_end|>\n<|im_start|>tool\n4<|im_end|>" in text
+    # the trajectory keeps the few-shot turns in OpenAI form
+    assert traj.messages[2].tool_calls[0].function.name == "calculate"
+
+
+def test_native_format_requires_template_tool_support() -> None:
+    traj_err = None
+    with pytest.raises(ValueError, match="needs a chat template with tool support"):
+        traj_err = play(FakeSampler(["x"]), fmt="native")
+    assert traj_err is None
+
+    def tool_template(messages, tools, gen):
+        head = f"<|im_start|>system\ntools: {[t['function']['name'] for t in tools]}<|im_end|>\n" if tools else ""
+        body = []
+        for m in messages:
+            calls = "".join(f"<tool_call>{c['function']['arguments']}</tool_call>" for c in m.get("tool_calls", []))
+            body.append({"role": m["role"], "content": (m.get("content") or "") + calls})
+        return head + chatml(body, None, gen)
+
+    sampler = FakeSampler(['<tool_call>{"name": "calculate", "arguments": {"expression": "3 - 1"}}</tool_call>', "2"],
+                          template=tool_template)
+    traj = play(sampler, fmt="native")
+    assert traj.status == "completed" and traj.tool_calls[0].result == "2"
+    assert decode(sampler.prompts[0]).startswith("<|im_start|>system\ntools: ['calculate', 'lookup']")
+    assert_tito(traj, sampler)
+
+
+def test_trajectory_json_round_trip() -> None:
+    traj = play(FakeSampler(["<calculate>1 + 1</calculate>", "2"]))
+    assert Trajectory.from_json(traj.to_json()) == traj
