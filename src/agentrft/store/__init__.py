@@ -1,0 +1,24 @@
+"""Trajectory store: runs, trajectories (with grades) and step metrics in SQLite (WAL),
+with JSONL / Parquet export and import and OpenAI chat-log ingestion. No torch.
+"""
+
+from agentrft.store.errors import (
+    AmbiguousIdError,
+    BadRecordError,
+    DuplicateIdError,
+    NotFoundError,
+    StoreError,
+)
+from agentrft.store.io import ImportReport, SkippedRecord
+from agentrft.store.sqlite_store import Store
+
+__all__ = [
+    "AmbiguousIdError",
+    "BadRecordError",
+    "DuplicateIdError",
+    "ImportReport",
+    "NotFoundError",
+    "SkippedRecord",
+    "Store",
+    "StoreError",
+]

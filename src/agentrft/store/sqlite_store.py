@@ -1,0 +1,389 @@
+"""`Store`: runs, trajectories (with their grades) and step metrics in one SQLite file.
+
+Thread and process safety: every thread gets its own connection (sqlite3
+connections must not be shared mid-transaction), writes take the database write
+lock up front with `BEGIN IMMEDIATE`, and `busy_timeout` makes other writers
+wait for it. Several processes may open the same file; a forked child opens
+fresh connections instead of reusing its parent's. See `schema.py` for the
+durability choice (WAL, synchronous=NORMAL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from agentrft.store import io as _io
+from agentrft.store.errors import AmbiguousIdError, DuplicateIdError, NotFoundError, StoreError
+from agentrft.store.io import ImportReport
+from agentrft.store.schema import BUSY_TIMEOUT_MS, DDL, PRAGMAS, SCHEMA_VERSION
+from agentrft.types import Grade, Run, Trajectory
+
+_TRAJ_COLUMNS = "id, run_id, task_id, group_id, policy_version, reward, success, status, created_at, data"
+_FETCH_CHUNK = 500  # ids per `WHERE id IN (...)`, well under SQLite's variable limit
+_INSERT_TRAJ = f"INSERT INTO trajectories ({_TRAJ_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _traj_row(traj: Trajectory) -> tuple[Any, ...]:
+    grade = traj.grade
+    return (
+        traj.id,
+        traj.run_id,
+        traj.task_id,
+        traj.group_id,
+        traj.policy_version,
+        None if grade is None else grade.reward,
+        None if grade is None else int(grade.success),
+        traj.status,
+        traj.created_at,
+        traj.to_json(),
+    )
+
+
+def _metric_default(value: Any) -> Any:
+    # numpy / torch scalars expose .item(); anything else is a caller bug worth naming.
+    item = getattr(value, "item", None)
+    if callable(item):
+        return item()
+    raise TypeError(f"metric value of type {type(value).__name__} is not JSON-serializable")
+
+
+class Store:
+    """SQLite store of runs, trajectories, grades and step metrics.
+
+    `path` is a file path (parent folders are created); `synchronous="FULL"`
+    also survives power loss at the cost of an fsync per commit.
+    Use as a context manager or call `close()`.
+    """
+
+    def __init__(self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL") -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+        self.path = Path(path)
+        if str(path) == ":memory:":
+            raise ValueError("Store needs a file path: each thread opens its own connection to it")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+        self._init_schema()
+
+    # ------------------------------------------------------------ connections
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        if self._pid != os.getpid():
+            # Forked child: the parent's connections must not be used (SQLite forbids it).
+            self._local = threading.local()
+            self._conns = []
+            self._pid = os.getpid()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            for pragma in PRAGMAS:
+                conn.execute(pragma).fetchall()
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed when the block exits, rolled back on any exception."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _init_schema(self) -> None:
+        with self._write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has store schema {version}, newer than this agentrft understands ({SCHEMA_VERSION})"
+                )
+            for statement in DDL.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Close every connection this store opened (in any thread)."""
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    # ------------------------------------------------------------ runs
+
+    def add_run(self, run: Run) -> str:
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
+                    (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
+                )
+        except sqlite3.IntegrityError:
+            raise DuplicateIdError(f"run {run.id} is already in the store") from None
+        return run.id
+
+    def get_run(self, run_id: str) -> Run:
+        row = self._conn().execute("SELECT data FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no run with id {run_id!r} in {self.path}")
+        return Run.model_validate_json(row[0])
+
+    def has_run(self, run_id: str) -> bool:
+        return self._conn().execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
+    def list_runs(self) -> list[Run]:
+        rows = self._conn().execute("SELECT data FROM runs ORDER BY created_at, id").fetchall()
+        return [Run.model_validate_json(r[0]) for r in rows]
+
+    def _ensure_run(self, conn: sqlite3.Connection, run_id: str, kind: str) -> None:
+        """Create a run named after `run_id` unless it exists (inside the caller's transaction)."""
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            run = Run(id=run_id, name=run_id, kind=kind)  # type: ignore[arg-type]
+            conn.execute(
+                "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
+                (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
+            )
+
+    # ------------------------------------------------------------ trajectories
+
+    def add_trajectory(self, traj: Trajectory) -> str:
+        """Insert one trajectory; it is committed when this returns."""
+        return self.add_trajectories([traj])[0]
+
+    def add_trajectories(self, trajs: Iterable[Trajectory]) -> list[str]:
+        """Insert many trajectories in one transaction: all or none."""
+        rows = [_traj_row(t) for t in trajs]
+        with self._write() as conn:
+            self._insert_rows(conn, rows)
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        # A row at a time (not executemany) so a duplicate is named exactly; the caller's
+        # transaction rolls the whole batch back.
+        for row in rows:
+            try:
+                conn.execute(_INSERT_TRAJ, row)
+            except sqlite3.IntegrityError:
+                raise DuplicateIdError(f"trajectory {row[0]} is already in the store") from None
+
+    def _insert_one(self, conn: sqlite3.Connection, traj: Trajectory) -> None:
+        """Insert inside the caller's transaction (used by imports, which report per line)."""
+        self._insert_rows(conn, [_traj_row(traj)])
+
+    def get_trajectory(self, traj_id: str) -> Trajectory:
+        """The trajectory with this id, or with the unique id that starts with `traj_id`."""
+        return Trajectory.model_validate_json(self._get_data(traj_id))
+
+    def resolve_id(self, traj_id: str) -> str:
+        """Full id of the trajectory named by an id or a unique id prefix."""
+        return Trajectory.model_validate_json(self._get_data(traj_id)).id
+
+    def _get_data(self, traj_id: str) -> str:
+        conn = self._conn()
+        row = conn.execute("SELECT data FROM trajectories WHERE id = ?", (traj_id,)).fetchone()
+        if row is not None:
+            return row[0]
+        candidates = [traj_id] if traj_id == traj_id.upper() else [traj_id, traj_id.upper()]
+        for prefix in candidates:
+            if not prefix:
+                continue
+            # Range scan on the primary key: every string starting with `prefix` sorts in [prefix, prefix+U+10FFFF).
+            rows = conn.execute(
+                "SELECT id, data FROM trajectories WHERE id >= ? AND id < ? ORDER BY id LIMIT 6",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+            if len(rows) == 1:
+                return rows[0][1]
+            if len(rows) > 1:
+                shown = ", ".join(r[0] for r in rows[:5])
+                raise AmbiguousIdError(f"id prefix {traj_id!r} matches several trajectories: {shown}, ...")
+        raise NotFoundError(f"no trajectory with id (or id prefix) {traj_id!r} in {self.path}")
+
+    @staticmethod
+    def _where(
+        run_id: str | None = None,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        policy_version: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        status: str | None = None,
+    ) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("run_id", run_id),
+            ("task_id", task_id),
+            ("group_id", group_id),
+            ("policy_version", policy_version),
+            ("status", status),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if min_reward is not None:
+            clauses.append("reward >= ?")
+            params.append(float(min_reward))
+        if max_reward is not None:
+            clauses.append("reward <= ?")
+            params.append(float(max_reward))
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def _select_ids_sql(self, filters: dict[str, Any], limit: int | None, offset: int) -> tuple[str, list[Any]]:
+        where, params = self._where(**filters)
+        # Every equality filter has an (x, id) index that yields ids in order. With only a reward
+        # bound SQLite would rather scan the big table in id order than sort a few ids; `+id`
+        # takes the primary key out of the running so the covering (reward, id) index is used.
+        reward_only = filters.get("min_reward") is not None or filters.get("max_reward") is not None
+        reward_only = reward_only and all(
+            filters.get(k) is None for k in ("run_id", "task_id", "group_id", "policy_version", "status")
+        )
+        sql = f"SELECT id FROM trajectories{where} ORDER BY {'+id' if reward_only else 'id'}"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            params += [-1 if limit is None else int(limit), int(offset)]
+        return sql, params
+
+    def _iter_data(self, filters: dict[str, Any], limit: int | None, offset: int) -> Iterator[str]:
+        """JSON rows matching the filters, in id order: ids from an index first, then rows by key."""
+        conn = self._conn()
+        sql, params = self._select_ids_sql(filters, limit, offset)
+        ids = [r[0] for r in conn.execute(sql, params).fetchall()]
+        for start in range(0, len(ids), _FETCH_CHUNK):
+            chunk = ids[start : start + _FETCH_CHUNK]
+            rows = dict(
+                conn.execute(
+                    f"SELECT id, data FROM trajectories WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
+            )
+            for traj_id in chunk:
+                if traj_id in rows:  # nothing deletes rows today; stay correct if something does
+                    yield rows[traj_id]
+
+    def query_trajectories(
+        self,
+        *,
+        run_id: str | None = None,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        policy_version: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Trajectory]:
+        """Trajectories matching every given filter, oldest first (ids sort by creation time).
+
+        Reward filters are inclusive and skip ungraded trajectories.
+        """
+        filters = dict(
+            run_id=run_id, task_id=task_id, group_id=group_id, policy_version=policy_version,
+            min_reward=min_reward, max_reward=max_reward, status=status,
+        )  # fmt: skip
+        return [Trajectory.model_validate_json(d) for d in self._iter_data(filters, limit, offset)]
+
+    def iter_trajectory_json(self, *, limit: int | None = None, offset: int = 0, **filters: Any) -> Iterator[str]:
+        """Stored JSON text of matching trajectories, oldest first, streamed (for exports)."""
+        yield from self._iter_data(filters, limit, offset)
+
+    def count_trajectories(self, **filters: Any) -> int:
+        """Number of trajectories matching the filters of `query_trajectories` (limit/offset ignored)."""
+        filters.pop("limit", None)
+        filters.pop("offset", None)
+        where, params = self._where(**filters)
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0])
+
+    def set_grade(self, traj_id: str, grade: Grade) -> None:
+        """Attach (or replace) the grade of a trajectory and update its indexed reward."""
+        with self._write() as conn:
+            row = conn.execute("SELECT data FROM trajectories WHERE id = ?", (traj_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no trajectory with id {traj_id!r} in {self.path}")
+            traj = Trajectory.model_validate_json(row[0]).model_copy(update={"grade": grade})
+            conn.execute(
+                "UPDATE trajectories SET reward = ?, success = ?, data = ? WHERE id = ?",
+                (grade.reward, int(grade.success), traj.to_json(), traj_id),
+            )
+
+    # ------------------------------------------------------------ metrics
+
+    def log_metrics(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
+        """Record metrics of one training step; a second call for the same step merges keys (newer wins)."""
+        if "step" in metrics and metrics["step"] != step:
+            raise ValueError(f"metrics hold step={metrics['step']!r} but step={step} was passed")
+        payload = {k: v for k, v in metrics.items() if k != "step"}
+        text = json.dumps(payload, default=_metric_default)
+        with self._write() as conn:
+            row = conn.execute("SELECT data FROM metrics WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+            if row is not None:
+                merged = json.loads(row[0])
+                merged.update(json.loads(text))
+                text = json.dumps(merged)
+            conn.execute(
+                "INSERT OR REPLACE INTO metrics (run_id, step, logged_at, data) VALUES (?, ?, ?, ?)",
+                (run_id, int(step), time.time(), text),
+            )
+
+    def get_metrics(self, run_id: str) -> list[dict[str, Any]]:
+        """Every logged step of a run, by step: `[{"step": 0, "loss": ...}, ...]`."""
+        rows = self._conn().execute(
+            "SELECT step, data FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)
+        ).fetchall()
+        return [{"step": step, **json.loads(data)} for step, data in rows]
+
+    # ------------------------------------------------------------ export / import (see io.py)
+
+    def export_jsonl(self, path: str | Path, **filters: Any) -> int:
+        return _io.export_jsonl(self, path, **filters)
+
+    def import_jsonl(self, path: str | Path, *, skip_bad: bool = False, run_id: str | None = None) -> ImportReport:
+        return _io.import_jsonl(self, path, skip_bad=skip_bad, run_id=run_id)
+
+    def export_parquet(self, path: str | Path, **filters: Any) -> int:
+        return _io.export_parquet(self, path, **filters)
+
+    def import_parquet(self, path: str | Path, *, skip_bad: bool = False, run_id: str | None = None) -> ImportReport:
+        return _io.import_parquet(self, path, skip_bad=skip_bad, run_id=run_id)
+
+    def import_chat_logs(self, path: str | Path, *, run_id: str, skip_bad: bool = False) -> ImportReport:
+        return _io.import_chat_logs(self, path, run_id=run_id, skip_bad=skip_bad)
+
+    def integrity_check(self) -> str:
+        """`PRAGMA integrity_check` result: 'ok' for a healthy file."""
+        rows = self._conn().execute("PRAGMA integrity_check").fetchall()
+        return "\n".join(str(r[0]) for r in rows)
