@@ -15,6 +15,7 @@ app = typer.Typer(
 # ---- command registration: one line per module (keep this block sorted by name) ----
 # (each module defines `register(app: typer.Typer) -> None`)
 _COMMAND_MODULES: list[str] = [
+    "finqa",
 ]
 
 

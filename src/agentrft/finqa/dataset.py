@@ -1,0 +1,88 @@
+"""FinQA JSON files (train/dev/test.json of the FinQA release) as validated records.
+
+A file is one JSON list of records. The fields this project reads are typed; every other key
+the release carries (``table_ori``, ``qa.steps``, ``qa.program_re``, retriever outputs, …) is kept
+as an extra so that nothing is lost on a round trip. ``qa.program`` and ``qa.exe_ans`` are
+optional because the private test split ships without them; the evaluator insists on them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class FinqaDataError(ValueError):
+    """A FinQA file could not be read; the message names the file, record and field."""
+
+
+class FinqaQA(BaseModel):
+    """The ``qa`` part of a record."""
+
+    model_config = ConfigDict(extra="allow")
+
+    question: str
+    program: str | None = None  # e.g. "subtract(5829, 5735), divide(#0, 5735)"
+    exe_ans: float | str | None = None  # rounded to 5 decimals, or "yes"/"no"
+    answer: str | None = None  # the human-written answer text, e.g. "1.6%"
+    gold_inds: dict[str, str] = Field(default_factory=dict)  # e.g. {"text_1": "...", "table_3": "..."}
+
+
+class FinqaRecord(BaseModel):
+    """One FinQA example: a report excerpt (text around a table) and a question with its program."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    pre_text: list[str]
+    post_text: list[str]
+    table: list[list[str]]  # row 0 is the header, column 0 the row names
+    filename: str
+    qa: FinqaQA
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(record)"
+    more = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
+    return f"field {field}: {first['msg']}{more}"
+
+
+def parse_finqa_records(data: Any, source: str) -> list[FinqaRecord]:
+    """Validate already-decoded JSON (a list of records); `source` names it in errors."""
+    if not isinstance(data, list):
+        raise FinqaDataError(f"{source}: expected a JSON list of FinQA records, got {type(data).__name__}")
+    records: list[FinqaRecord] = []
+    for index, item in enumerate(data):
+        record_id = item.get("id") if isinstance(item, dict) else None
+        where = f"{source}: record {index}" + (f" (id {record_id!r})" if record_id is not None else "")
+        if not isinstance(item, dict):
+            raise FinqaDataError(f"{where}: expected a JSON object, got {type(item).__name__}")
+        try:
+            records.append(FinqaRecord.model_validate(item))
+        except ValidationError as err:
+            raise FinqaDataError(f"{where}: {_describe(err)}") from None
+    return records
+
+
+def read_json(path: str | Path) -> Any:
+    """Decode a JSON file, turning I/O and syntax problems into one-line FinqaDataError messages."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FinqaDataError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise FinqaDataError(f"{path}: cannot read: {err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FinqaDataError(f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+
+
+def load_finqa_json(path: str | Path) -> list[FinqaRecord]:
+    """Read a FinQA JSON file into records; FinqaDataError names file, record index and field."""
+    return parse_finqa_records(read_json(path), str(path))
