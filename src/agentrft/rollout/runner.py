@@ -1,0 +1,184 @@
+"""The runner: N tasks × G samples played concurrently on one asyncio loop.
+
+Episodes are independent coroutines, so while some wait on tool calls others
+are generating: a batching sampler (HFSampler, vLLM) sees as many concurrent
+requests as `max_concurrency` allows and fills its batches from all of them.
+The G samples of a task share a `group_id` (the GRPO group), passed to the
+sampler as `group_key` so it can prefill the shared prompt once.
+
+Each episode is graded (when a grader is given) and written to the store as
+soon as it finishes, so a crash loses only the episodes in flight. The list
+returned is in task order, then sample order, whatever the finishing order.
+A runner wall time cancels unfinished episodes and returns the finished ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrft.envs.base import Environment
+from agentrft.rollout.agent import run_episode
+from agentrft.samplers.base import ChatSampler, SamplingParams, TokenSampler
+from agentrft.types import Grade, GradeError, Task, Trajectory, new_id
+
+
+class TrajectorySink(Protocol):
+    def add_trajectory(self, traj: Trajectory) -> str: ...
+
+
+@dataclass
+class RunStats:
+    """Live figures of a run (what the progress bar shows)."""
+
+    started: float = field(default_factory=time.monotonic)
+    episodes: int = 0
+    generated_tokens: int = 0
+    tool_calls: int = 0
+    rewards: list[float] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+    grader_errors: int = 0
+    store_errors: list[str] = field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float:
+        return max(time.monotonic() - self.started, 1e-9)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.elapsed_s
+
+    @property
+    def tool_calls_per_s(self) -> float:
+        return self.tool_calls / self.elapsed_s
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    def add(self, traj: Trajectory) -> None:
+        self.episodes += 1
+        self.generated_tokens += traj.tokens.num_sampled if traj.tokens is not None else sum(
+            getattr(e, "completion_tokens", 0) for e in traj.events)
+        self.tool_calls += len(traj.tool_calls)
+        self.statuses[traj.status] = self.statuses.get(traj.status, 0) + 1
+        if traj.grade is not None:
+            self.rewards.append(traj.grade.reward)
+            self.grader_errors += bool(traj.grade.errors)
+
+
+def grade_one(grader: Any, traj: Trajectory, task: Task) -> Grade:
+    """Grade with `grader.grade(traj, item)`, or `agentrft.graders.grade_trajectory(grader, traj, item)` for a spec.
+
+    A grader that raises gives a Grade carrying an `other_error` flag: counted, never a silent 0.
+    """
+    try:
+        if hasattr(grader, "grade"):
+            return grader.grade(traj, task.data)
+        from agentrft.graders import grade_trajectory  # type: ignore[attr-defined]
+
+        return grade_trajectory(grader, traj, task.data)
+    except Exception as exc:  # noqa: BLE001 - one bad grade must not end the run
+        name = getattr(grader, "name", None) or type(grader).__name__
+        return Grade(reward=0.0, grader=str(name),
+                     errors=[GradeError(flag="other_error", grader=str(name), message=f"{type(exc).__name__}: {exc}")])
+
+
+class Runner:
+    """Plays tasks × samples concurrently; grades and stores each episode as it finishes."""
+
+    def __init__(self, env: Environment, sampler: TokenSampler | ChatSampler, *, store: TrajectorySink | None = None,
+                 grader: Any = None, tool_format: str = "xml", params: SamplingParams | None = None,
+                 max_concurrency: int = 64, progress: bool = True, wall_time_s: float | None = None) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        self.env, self.sampler, self.store, self.grader = env, sampler, store, grader
+        self.tool_format = tool_format
+        self.params = params or SamplingParams(temperature=1.0, max_tokens=env.limits.max_tokens_per_turn)
+        self.max_concurrency = max_concurrency
+        self.progress = progress
+        self.wall_time_s = wall_time_s
+        self.stats = RunStats()
+
+    async def _episode(self, task: Task, group_id: str, run_id: str, policy_version: int | None,
+                       gate: asyncio.Semaphore, on_done: Any) -> Trajectory:
+        async with gate:
+            traj = await run_episode(self.env, self.sampler, task, params=self.params, tool_format=self.tool_format,
+                                     run_id=run_id, group_id=group_id, policy_version=policy_version,
+                                     group_key=group_id)
+        if self.grader is not None:
+            # Graders may block (sandboxed subprocess, HTTP): keep the loop generating meanwhile.
+            traj.grade = await asyncio.to_thread(grade_one, self.grader, traj, task)
+        if self.store is not None:
+            try:
+                self.store.add_trajectory(traj)
+            except Exception as exc:  # noqa: BLE001 - the trajectory is still returned to the caller
+                self.stats.store_errors.append(f"trajectory {traj.id}: {type(exc).__name__}: {exc}")
+        self.stats.add(traj)
+        on_done()
+        return traj
+
+    async def run(self, tasks: list[Task], samples_per_task: int, *, run_id: str = "",
+                  policy_version: int | None = None) -> list[Trajectory]:
+        """Play every task `samples_per_task` times; return the finished trajectories in task, sample order."""
+        if samples_per_task < 1:
+            raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
+        self.stats = RunStats()
+        gate = asyncio.Semaphore(self.max_concurrency)
+        total = len(tasks) * samples_per_task
+        with _Progress(self.progress, total, self.stats) as bar:
+            jobs: list[asyncio.Task[Trajectory]] = []
+            for task in tasks:
+                group_id = new_id()
+                jobs += [asyncio.create_task(self._episode(task, group_id, run_id, policy_version, gate, bar.tick))
+                         for _ in range(samples_per_task)]
+            try:
+                async with asyncio.timeout(self.wall_time_s):
+                    await asyncio.gather(*jobs, return_exceptions=True)
+            except TimeoutError:
+                pass
+            for job in jobs:
+                if not job.done():
+                    job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+        failures = [j.exception() for j in jobs if not j.cancelled() and j.exception() is not None]
+        if failures:
+            raise failures[0]  # a bug in the loop itself (model and tool misbehaviour never raise)
+        return [j.result() for j in jobs if not j.cancelled()]
+
+    def run_sync(self, tasks: list[Task], samples_per_task: int, *, run_id: str = "",
+                 policy_version: int | None = None) -> list[Trajectory]:
+        return asyncio.run(self.run(tasks, samples_per_task, run_id=run_id, policy_version=policy_version))
+
+
+class _Progress:
+    """A rich progress bar of episodes with tokens/s, tool calls/s and mean reward; silent when disabled."""
+
+    def __init__(self, enabled: bool, total: int, stats: RunStats) -> None:
+        self.enabled, self.total, self.stats = enabled, total, stats
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[info]}"))
+            self._bar.start()
+            self._task = self._bar.add_task("rollout", total=self.total, info="")
+        return self
+
+    def tick(self) -> None:
+        if self._bar is None:
+            return
+        s = self.stats
+        reward = "-" if s.mean_reward is None else f"{s.mean_reward:.3f}"
+        self._bar.update(self._task, advance=1, info=f"{s.tokens_per_s:,.0f} tok/s  {s.tool_calls_per_s:.1f} "
+                                                     f"tools/s  reward {reward}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
