@@ -1,0 +1,184 @@
+"""HFSampler on the tiny policy: exactness of ids and log-probs, batching and sharing invariance."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
+from agentrft.samplers.hf import HFSampler
+from agentrft.samplers.hf_decode import _top_p_filter
+from agentrft.samplers.policies import PolicyError, load_policy, tiny_model_and_tokenizer
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def sampler() -> HFSampler:
+    s = load_policy("tiny")
+    assert isinstance(s, HFSampler)
+    return s
+
+
+@pytest.fixture(scope="module")
+def prompt(sampler: HFSampler) -> list[int]:
+    return sampler.render([{"role": "user", "content": "What is 2+2?"}])
+
+
+def run(coro):  # noqa: ANN001, ANN201 - tiny helper
+    return asyncio.run(coro)
+
+
+async def _gather(s: HFSampler, reqs: list[SampleRequest]):  # noqa: ANN202
+    return await asyncio.gather(*(s.sample(r) for r in reqs))
+
+
+def test_is_a_token_sampler(sampler: HFSampler) -> None:
+    assert isinstance(sampler, TokenSampler)
+    assert sampler.policy == "tiny" and sampler.policy_version == 0
+    sampler.policy_version = 3
+    assert sampler.policy_version == 3
+    sampler.policy_version = 0
+
+
+def test_render_and_decode(sampler: HFSampler) -> None:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                   "function": {"name": "f", "arguments": "{}"}}]}]
+    ids = sampler.render(msgs, add_generation_prompt=False)
+    assert msgs[2]["content"] is None  # input left untouched
+    expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+    assert sampler.decode(ids) == expected
+    with_prompt = sampler.render(msgs[:2])
+    assert sampler.decode(with_prompt).endswith("<|im_start|>assistant\n")
+    # SmolLM2's template has no tool support: schemas are ignored, not an error.
+    assert not sampler.template_supports_tools
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert sampler.render(msgs[:2], tools=tools) == with_prompt
+
+
+def test_greedy_matches_model_generate(sampler: HFSampler, prompt: list[int]) -> None:
+    res = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+    with torch.no_grad():
+        ref = sampler.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                     max_new_tokens=12, do_sample=False, eos_token_id=None)
+    assert res.token_ids == ref[0, len(prompt):].tolist()
+    assert res.finish_reason == "length" and res.completion_tokens == 12 and res.prompt_tokens == len(prompt)
+    assert res.text == sampler.decode(res.token_ids)
+    assert res.latency_s > 0
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.7, top_k=50, top_p=0.9, max_tokens=10, seed=1),
+                                    SamplingParams(temperature=1.3, max_tokens=10, seed=2), GREEDY])
+def test_logprobs_are_raw_model_logprobs(sampler: HFSampler, prompt: list[int], params: SamplingParams) -> None:
+    res = run(sampler.sample(SampleRequest(prompt, params)))
+    full = torch.tensor([prompt + res.token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(sampler.model(full).logits[0].float(), dim=-1)
+    n = len(res.token_ids)
+    expected = logp[len(prompt) - 1:len(prompt) - 1 + n].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(res.logprobs), expected, atol=1e-4, rtol=0)
+    assert len(res.logprobs) == n
+
+
+def test_concurrent_batch_equals_one_at_a_time(sampler: HFSampler, prompt: list[int]) -> None:
+    reqs = [SampleRequest(prompt[: 8 + 4 * i], SamplingParams(temperature=0.0, max_tokens=4 + i)) for i in range(8)]
+    alone = [run(sampler.sample(r)) for r in reqs]
+    before = dict(sampler.stats)
+    together = run(_gather(sampler, reqs))
+    assert sampler.stats["batches"] - before["batches"] == 1  # really one batch of 8
+    for a, b in zip(alone, together):
+        assert a.token_ids == b.token_ids
+        assert a.finish_reason == b.finish_reason == "length"
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    assert [len(b.token_ids) for b in together] == [4 + i for i in range(8)]
+
+
+def test_group_prefix_sharing_equals_unshared(sampler: HFSampler, prompt: list[int]) -> None:
+    params = [SamplingParams(temperature=1.0, max_tokens=8, seed=s) for s in range(4)] + [GREEDY]
+    shared = [SampleRequest(prompt, p, group_key="g") for p in params]
+    before = dict(sampler.stats)
+    got = run(_gather(sampler, shared))
+    assert sampler.stats["prefills"] - before["prefills"] == 1  # one prefill for the group of 5
+    alone = [run(sampler.sample(SampleRequest(prompt, p))) for p in params]
+    for a, b in zip(alone, got):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    assert len({tuple(r.token_ids) for r in got[:4]}) > 1  # different seeds, different samples
+
+
+def test_stop_string_ends_and_is_kept(sampler: HFSampler, prompt: list[int]) -> None:
+    full = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+    stop = sampler.decode(full.token_ids[4:5]).strip()
+    assert stop
+    k = next(k for k in range(1, 13) if stop in sampler.decode(full.token_ids[:k]))
+    res = run(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=12,
+                                                                     stop=["never-there", stop]))))
+    assert res.finish_reason == "stop_string"
+    assert res.token_ids == full.token_ids[:k]
+    assert stop in res.text and res.text == sampler.decode(res.token_ids)
+
+
+def test_max_tokens_and_eos(prompt: list[int]) -> None:
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    s = HFSampler(model, tok, "tiny")
+    full = run(s.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=3))))
+    assert full.finish_reason == "length" and len(full.token_ids) == 3
+    # Treat the greedy 3rd token as an extra EOS (generation_config may list several).
+    model.generation_config.eos_token_id = [tok.eos_token_id, full.token_ids[2]]
+    s2 = HFSampler(model, tok, "tiny")
+    res = run(s2.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=10))))
+    assert res.finish_reason == "stop"
+    assert res.token_ids == full.token_ids  # EOS kept in ids
+    assert res.text == s2.decode(full.token_ids[:2])  # and left out of the text
+
+
+def test_seed_determinism_regardless_of_batch(sampler: HFSampler, prompt: list[int]) -> None:
+    p = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=10, seed=1234)
+    a = run(sampler.sample(SampleRequest(prompt, p)))
+    b = run(sampler.sample(SampleRequest(prompt, p)))
+    others = [SampleRequest(prompt[:20 + i], SamplingParams(temperature=1.0, max_tokens=6)) for i in range(5)]
+    c = run(_gather(sampler, [*others, SampleRequest(prompt, p)]))[-1]
+    d = run(sampler.sample(SampleRequest(prompt, p.model_copy(update={"seed": 99}))))
+    assert a.token_ids == b.token_ids == c.token_ids
+    assert a.token_ids != d.token_ids
+
+
+def test_top_k_one_is_greedy(sampler: HFSampler, prompt: list[int]) -> None:
+    g = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+    k1 = run(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=2.0, top_k=1, max_tokens=12))))
+    assert g.token_ids == k1.token_ids
+
+
+def test_top_p_filter_hand_computed() -> None:
+    x = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3], [0.2, 0.5, 0.3]]))
+    out = _top_p_filter(x.clone(), torch.tensor([0.6, 0.5, 1.0]))
+    keep = torch.isfinite(out).tolist()
+    # row 0: 0.5 then 0.3 (mass before 0.5 < 0.6) kept, 0.2 (mass before 0.8) dropped
+    assert keep == [[False, True, True], [False, True, False], [True, True, True]]
+    assert math.isclose(float(out[0, 1]), math.log(0.5), rel_tol=1e-6)
+
+
+def test_bad_requests_fail_clearly(sampler: HFSampler) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        run(sampler.sample(SampleRequest([], GREEDY)))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        run(sampler.sample(SampleRequest([1, 10**7], GREEDY)))
+    with pytest.raises(PolicyError, match="valid: "):
+        load_policy("nope")
+    with pytest.raises(PolicyError, match="hf:/no/such/dir"):
+        load_policy("hf:/no/such/dir")
+
+
+def test_training_mode_restored(sampler: HFSampler, prompt: list[int]) -> None:
+    sampler.model.train()
+    try:
+        res = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+        assert sampler.model.training
+        ref = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+        assert res.token_ids == ref.token_ids  # sampled in eval mode both times
+    finally:
+        sampler.model.eval()
