@@ -1,0 +1,218 @@
+"""Training configuration: one validated pydantic model per component.
+
+Load with `load_config(path, overrides)` from YAML or TOML; `--set a.b=c`
+overrides are parsed as YAML scalars (``3`` int, ``1e-5`` float, ``true`` bool,
+``[1,2]`` list) and validated with the rest, so an error names the dotted key.
+Presets (`PRESETS`) are Python constants. Every option documents itself here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value; the message names the file and the dotted key."""
+
+
+class PolicyConfig(_Cfg):
+    name: str = Field(default="smollm2-135m", description="policy name for agentrft.samplers.load_policy")
+    finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
+    lora_r: int = Field(default=16, ge=1)
+    lora_alpha: int = Field(default=32, ge=1)
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto", description="bf16 autocast with fp32 master weights; auto = bf16 when the CPU runs bf16 matmuls"
+    )
+
+
+class RolloutConfig(_Cfg):
+    env: str = Field(default="finqa-lite:1", description="environment name for agentrft.envs.registry.make_env")
+    split: str = Field(default="train", description="task split to train on")
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=8, ge=1, description="G: samples per task (one GRPO group)")
+    temperature: float = Field(default=1.0, gt=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
+    tool_format: str = Field(default="xml")
+    grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
+
+
+class OverlongConfig(_Cfg):
+    enabled: bool = False
+    max_len: int = Field(default=512, ge=1, description="L_max: sampled tokens per episode before the full penalty")
+    cache_len: int = Field(default=128, ge=0, description="L_cache: width of the linear penalty ramp")
+    penalty: float = Field(default=1.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _ramp_fits(self) -> OverlongConfig:
+        if self.cache_len > self.max_len:
+            raise ValueError("cache_len must be <= max_len")
+        return self
+
+
+class DynamicSamplingConfig(_Cfg):
+    enabled: bool = False
+    max_rounds: int = Field(default=3, ge=1, description="sampling rounds per step before training on what there is")
+
+
+class AlgorithmConfig(_Cfg):
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    adv_eps: float = Field(default=1e-6, gt=0.0)
+    turn_level: bool = Field(default=False, description="add group-normalised turn rewards (Grade.turn_rewards)")
+    turn_weight: float = 1.0
+    eps_low: float = Field(default=0.2, ge=0.0)
+    eps_high: float = Field(default=0.28, ge=0.0)
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = "token_mean"
+    constant_max_tokens: int = Field(default=512, ge=1, description="L of the Dr. GRPO constant normaliser (G * L)")
+    kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
+    is_cap: float | None = Field(default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off")
+    updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+
+
+class OptimizerConfig(_Cfg):
+    lr: float = Field(default=1e-5, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    grad_clip: float = Field(default=1.0, gt=0.0)
+    warmup_steps: int = Field(default=0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")
+    logprob_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk")
+
+
+class EvalConfig(_Cfg):
+    every_steps: int = Field(default=0, ge=0, description="0 = no periodic eval")
+    split: str = "test"
+    num_tasks: int = Field(default=16, ge=1)
+    samples_per_task: int = Field(default=1, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+
+
+class CheckpointConfig(_Cfg):
+    every_steps: int = Field(default=1, ge=0, description="0 = only at the end")
+    keep_last: int = Field(default=2, ge=1)
+
+
+class LoggingConfig(_Cfg):
+    tensorboard: bool = True
+    wandb: bool = False
+    mlflow: bool = False
+
+
+class TrainConfig(_Cfg):
+    seed: int = 0
+    steps: int = Field(default=10, ge=1)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    def save(self, path: Path) -> None:
+        path.write_text(yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False))
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The CPU demo: SmolLM2-135M + LoRA on finqa-lite level 1.
+    "demo": {
+        "steps": 20,
+        "rollout": {"tasks_per_step": 4, "group_size": 8, "temperature": 1.0, "max_tokens": 96},
+        "optimizer": {"lr": 5e-5, "warmup_steps": 2, "schedule": "cosine"},
+        "eval": {"every_steps": 10, "num_tasks": 32},
+    },
+    # Minutes, not hours: a smoke run of the same pipeline.
+    "demo-quick": {
+        "steps": 3,
+        "rollout": {"tasks_per_step": 2, "group_size": 4, "max_tokens": 64},
+        "optimizer": {"lr": 5e-5},
+        "eval": {"every_steps": 0, "num_tasks": 8},
+    },
+}
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {p!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"a.b=c"`` -> ``("a.b", parsed c)``; the value is parsed as a YAML scalar or list."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. optimizer.lr=1e-5")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: cannot parse value {raw!r}: {exc}") from None
+    if isinstance(value, str) and value.strip():  # YAML reads 1e-5 as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return key.strip(), value
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def build_config(base: dict[str, Any], overrides: list[str] = (), source: str = "config") -> TrainConfig:  # type: ignore[assignment]
+    data = copy.deepcopy(base)
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(data, key, value)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {key}: {first['msg']}{more}") from None
+
+
+def load_config(path_or_preset: str | Path, overrides: list[str] = ()) -> TrainConfig:  # type: ignore[assignment]
+    """A config from a YAML/TOML file or a preset name, with ``KEY=VALUE`` overrides applied."""
+    name = str(path_or_preset)
+    if name in PRESETS and not Path(name).exists():
+        return build_config(PRESETS[name], list(overrides), source=f"preset {name}")
+    path = Path(name)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file (presets: {', '.join(PRESETS)})")
+    return build_config(_read(path), list(overrides), source=str(path))

@@ -1,0 +1,96 @@
+"""Log-probs (and entropy) of the sampled tokens without materialising whole-batch logits.
+
+A 135M model with a 49k vocabulary turns a 16k-token micro-batch into 3 GB of fp32
+logits, and autograd would keep them for the backward. Instead: run the model body
+once for hidden states, keep only the positions whose *next* token is a sampled
+one (``loss_mask``), and apply ``lm_head`` + log_softmax + gather per chunk of
+``chunk_size`` positions. Each chunk runs under ``torch.utils.checkpoint`` so the
+backward recomputes one chunk's logits at a time instead of storing them all.
+
+Shape legend: B = sequences, T = tokens (right-padded), H = hidden size,
+M = number of sampled tokens in the batch, V = vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+
+def _body_and_head(model: Any) -> tuple[Any, Any]:
+    """The decoder body (hidden states) and the output projection, through a peft wrapper if any."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = base.get_decoder() if hasattr(base, "get_decoder") else base.model
+    return body, base.get_output_embeddings()
+
+
+def _chunk_logprobs(
+    head: Any, hidden: Tensor, targets: Tensor, with_entropy: bool, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """(M_c,) log-probs of ``targets`` under ``head(hidden) / temperature``, and (M_c,) entropy (no grad)."""
+    logits = head(hidden)
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()  # log_softmax in fp32 even under bf16 autocast
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+    else:
+        ent = torch.zeros_like(logp).detach()
+    return logp, ent
+
+
+def sampled_logprobs(
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    loss_mask: Tensor,
+    *,
+    chunk_size: int = 1024,
+    with_entropy: bool = True,
+    use_checkpoint: bool = True,
+    temperature: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-token log-prob and entropy (B, T) aligned with ``input_ids``; 0 where ``loss_mask`` is 0.
+
+    ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` for sampled tokens
+    (``loss_mask[b, t] == 1``); ``loss_mask[:, 0]`` must be 0 (a first token has no
+    context). Gradients flow into the log-probs; entropy is a detached metric.
+    ``temperature`` divides the logits, matching a sampler that samples (and reports
+    log-probs) at that temperature: the policy being trained is the tempered one.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if input_ids.shape != loss_mask.shape or input_ids.shape != attention_mask.shape:
+        raise ValueError("input_ids, attention_mask and loss_mask must have the same shape (B, T)")
+    if bool(loss_mask[:, 0].any()):
+        raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
+    body, head = _body_and_head(model)
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+    b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)  # token t+1 is predicted from position t
+    h = hidden[b_idx, t_idx]  # (M, H)
+    targets = input_ids[b_idx, t_idx + 1]  # (M,)
+    lps: list[Tensor] = []
+    ents: list[Tensor] = []
+    for start in range(0, targets.shape[0], chunk_size):
+        hc, tc = h[start : start + chunk_size], targets[start : start + chunk_size]
+        if use_checkpoint and torch.is_grad_enabled():
+            lp, ent = checkpoint(_chunk_logprobs, head, hc, tc, with_entropy, temperature, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(head, hc, tc, with_entropy, temperature)
+        lps.append(lp)
+        ents.append(ent)
+    shape = input_ids.shape
+    dtype = lps[0].dtype if lps else torch.float32  # fp32, or fp64 for a fp64 model
+    logp_out = torch.zeros(shape, dtype=dtype, device=input_ids.device)
+    ent_out = torch.zeros(shape, dtype=dtype, device=input_ids.device)
+    if lps:
+        logp_out = logp_out.index_put((b_idx, t_idx + 1), torch.cat(lps))
+        ent_out = ent_out.index_put((b_idx, t_idx + 1), torch.cat(ents))
+    return logp_out, ent_out.detach()

@@ -1,0 +1,141 @@
+"""The policy update: micro-batches -> per-token loss -> aggregated loss -> AdamW step.
+
+Global denominators (loss tokens and sequences of the whole step) are counted once
+before the first micro-batch and passed to the aggregation explicitly, so the
+update does not depend on how the step is split into micro-batches.
+
+With ``updates_per_batch == 1`` the step is on-policy: the "old" log-probs are the
+current ones detached, so every ratio is exactly 1 and the clipped objective
+reduces to the plain policy gradient (the sampler's own log-probs, which may differ
+by numerics, enter only through the optional truncated IS weight). With more
+updates per batch, old log-probs come from one no-grad pass before the first step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from agentrft.algos import aggregate, clipped_pg_loss
+from agentrft.train.config import AlgorithmConfig, OptimizerConfig
+from agentrft.train.logprobs import sampled_logprobs
+from agentrft.train.packing import MicroBatch
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU runs a bf16 matmul (mkldnn present and the op works)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        a = torch.ones(8, 8, dtype=torch.bfloat16)
+        return bool(torch.isfinite((a @ a).float()).all())
+    except RuntimeError:
+        return False
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    if precision == "fp32":
+        return None
+    if precision == "bf16" or bf16_supported():
+        return torch.bfloat16
+    return None
+
+
+@contextlib.contextmanager
+def _autocast(dtype: torch.dtype | None) -> Iterator[None]:
+    if dtype is None:
+        yield
+    else:
+        with torch.autocast("cpu", dtype=dtype):
+            yield
+
+
+def lr_lambda(opt: OptimizerConfig, total_steps: int) -> Any:
+    """Multiplier of the base LR at scheduler step s: linear warmup, then constant/linear/cosine decay."""
+
+    def f(step: int) -> float:
+        if opt.warmup_steps and step < opt.warmup_steps:
+            return (step + 1) / opt.warmup_steps
+        if opt.schedule == "constant":
+            return 1.0
+        span = max(1, total_steps - opt.warmup_steps)
+        frac = min(1.0, (step - opt.warmup_steps) / span)
+        return 1.0 - frac if opt.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    return f
+
+
+def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, temperature: float) -> torch.Tensor:
+    """Reference log-probs: a frozen copy, or (LoRA) the same model with the adapter disabled."""
+    with torch.no_grad():
+        if ref_model is not None:
+            return sampled_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                    chunk_size=chunk, with_entropy=False, temperature=temperature)[0]
+        with model.disable_adapter():
+            return sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                    chunk_size=chunk, with_entropy=False, temperature=temperature)[0]
+
+
+def policy_update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: list[MicroBatch],
+    algo: AlgorithmConfig,
+    opt: OptimizerConfig,
+    *,
+    precision: torch.dtype | None = None,
+    temperature: float = 1.0,
+    ref_model: Any = None,
+) -> dict[str, float]:
+    """Run ``algo.updates_per_batch`` optimizer steps on ``batches``; metrics are loss-token-weighted means."""
+    if not batches:
+        return {"update_skipped": 1.0}
+    params = [p for p in model.parameters() if p.requires_grad]
+    global_tokens = sum(mb.num_loss_tokens for mb in batches)
+    global_seqs = sum(len(mb.seq_index) for mb in batches)
+    if global_tokens == 0:
+        return {"update_skipped": 1.0}
+    model.train()
+    if algo.updates_per_batch > 1:
+        with torch.no_grad(), _autocast(precision):
+            for mb in batches:
+                mb.old_logprobs = sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                                   chunk_size=opt.logprob_chunk, with_entropy=False,
+                                                   temperature=temperature)[0]
+    sums: dict[str, float] = {}
+    loss_total = 0.0
+    grad_norm = 0.0
+    for _ in range(algo.updates_per_batch):
+        optimizer.zero_grad(set_to_none=True)
+        for mb in batches:
+            with _autocast(precision):
+                logp, ent = sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                             chunk_size=opt.logprob_chunk, temperature=temperature)
+            old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
+            ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, temperature) if algo.kl_coef > 0 else None
+            per_token, m = clipped_pg_loss(
+                logp, old, mb.advantages, mb.loss_mask, eps_low=algo.eps_low, eps_high=algo.eps_high,
+                sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None, is_cap=algo.is_cap,
+                ref_logprobs=ref, kl_coef=algo.kl_coef, entropy=ent,
+            )
+            loss = aggregate(algo.aggregation, per_token, mb.loss_mask, global_num_tokens=global_tokens,
+                             global_num_sequences=global_seqs, max_tokens=algo.constant_max_tokens)
+            loss.backward()
+            loss_total += float(loss.detach())
+            w = mb.num_loss_tokens / global_tokens / algo.updates_per_batch
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + w * float(v)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
+        optimizer.step()
+    scheduler.step()
+    for mb in batches:
+        mb.old_logprobs = None
+    out = {k: v for k, v in sums.items()}
+    out.update(loss=loss_total / algo.updates_per_batch, grad_norm=grad_norm, lr=scheduler.get_last_lr()[0],
+               train_tokens=float(global_tokens), train_sequences=float(global_seqs))
+    return out
