@@ -1,0 +1,61 @@
+"""`agentrft serve`: an OpenAI-compatible endpoint over a local policy that records what it serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def serve(
+    policy: str = typer.Option("smollm2-135m", "--policy", help="In-process policy: smollm2-135m, tiny, hf:PATH_OR_ID."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; the default is reachable from this machine only."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' on every request."),
+    db: Path = typer.Option(Path("agentrft-serve.db"), "--db", help="SQLite store that records each completion."),
+    tool_format: str = typer.Option("xml", "--tool-format", help="How tool calls are written: xml, hermes, native."),
+    max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Default max_tokens when a request sets none."),
+) -> None:
+    """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db."""
+    from agentrft.rollout.formats import FORMAT_NAMES
+
+    if tool_format not in FORMAT_NAMES:
+        typer.echo(f"error: unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}", err=True)
+        raise typer.Exit(2)
+    try:
+        import uvicorn  # noqa: F401
+        import fastapi  # noqa: F401
+    except ImportError:
+        typer.echo("error: serving needs the 'serve' extra: pip install 'agentrft[serve]'", err=True)
+        raise typer.Exit(1) from None
+    from agentrft.samplers.policies import PolicyError, load_policy
+
+    try:
+        sampler = load_policy(policy)
+    except (PolicyError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    if not (hasattr(sampler, "render") and hasattr(sampler, "sample")):
+        typer.echo(f"error: policy {policy!r} returns no token ids; serve needs an in-process policy", err=True)
+        raise typer.Exit(1)
+
+    from agentrft.rollout.serve import create_app
+    from agentrft.store import Store
+    from agentrft.types import Run
+
+    store = Store(db)
+    run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
+    store.add_run(run)
+    app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id,
+                     default_max_tokens=max_tokens)
+    typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
+    import uvicorn
+
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
