@@ -49,6 +49,7 @@ from agentrft.tasks.finqa_templates import (
     compose_difference,
     render_steps,
 )
+from agentrft.tools.finqa_tools import Document, render_table
 from agentrft.types import Message, Task
 
 SPLITS: tuple[str, ...] = ("train", "held-out", "ood")
@@ -61,17 +62,6 @@ _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 def numbers_in(text: str) -> set[float]:
     """Every number written in `text` (commas dropped), for leak checks."""
     return {float(m.replace(",", "")) for m in _NUMBER.findall(text)}
-
-
-def render_table(rows: Sequence[Sequence[str]]) -> str:
-    """A table as `row | col1 | col2` lines, the first line being the header."""
-    lines = []
-    for i, row in enumerate(rows):
-        cells = list(row)
-        if i == 0 and not cells[0]:
-            cells[0] = "(row)"
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)
 
 
 def answer_text(answer: float | str) -> str:
@@ -127,6 +117,21 @@ class FinqaLite:
                 self._cache[key] = self._generate(split, level, count)
             out.extend(self._cache[key][:count])
         return out
+
+    def documents(self) -> list[Document]:
+        """Every report as a searchable Document (for the tools)."""
+        return [
+            Document(
+                doc_id=r.doc_id,
+                title=f"{r.company.name} ({r.company.ticker}) annual report {r.year}",
+                company=r.company.name,
+                year=r.year,
+                pre_text=tuple(r.pre_text),
+                post_text=tuple(r.post_text),
+                table=tuple(tuple(row) for row in r.table),
+            )
+            for r in self.corpus.reports.values()
+        ]
 
     def example_task(self, level: int, template: str = "revenue_growth") -> Task:
         """A task on the company kept aside for worked examples (never in any split)."""

@@ -1,0 +1,142 @@
+"""`FinqaLiteEnv`: the default environment, FinQA-style questions over the synthetic corpus.
+
+Tools: `search`, `open`, `calculate` (see `agentrft.tools.finqa_tools`). Limits
+grow with the level: level 1 needs one calculation, level 4 two searches, two
+opens and a calculation. The env's `limits` are the most generous of its
+levels (the agent loop reads them); each episode's tool budget is its task's
+level budget unless `limits` were given explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.tasks.finqa_lite import LEVELS, FinqaLite, answer_text
+from agentrft.tools.finqa_tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
+from agentrft.types import Message, Task, ToolCall, ToolCallFunction
+
+LEVEL_LIMITS: dict[int, EnvLimits] = {
+    1: EnvLimits(max_turns=3, max_tokens_per_turn=128, max_total_tokens=2048, max_tool_calls=2),
+    2: EnvLimits(max_turns=3, max_tokens_per_turn=128, max_total_tokens=3072, max_tool_calls=3),
+    3: EnvLimits(max_turns=6, max_tokens_per_turn=128, max_total_tokens=6144, max_tool_calls=6),
+    4: EnvLimits(max_turns=10, max_tokens_per_turn=192, max_total_tokens=8192, max_tool_calls=10),
+}
+
+SYSTEM_PROMPT = """You answer questions about companies' annual reports. Amounts are in millions of dollars unless stated.
+Tools:
+- search(query, k): find reports by company name and year; returns doc_ids.
+- open(doc_id, page): read a report's table and text.
+- calculate(expression): arithmetic such as (5829 - 5735) / 5735, or a FinQA program such as subtract(5829, 5735), divide(#0, 5735).
+Use the tools to find figures and to compute. When you know the answer, reply without a tool call: "The answer is <number>."
+Give ratios and percentage changes as decimals (0.0164, not 1.64%)."""
+
+
+def merged_limits(levels: Iterable[int]) -> EnvLimits:
+    """The most generous limits over `levels`, field by field."""
+    chosen = [LEVEL_LIMITS[lv] for lv in levels]
+    fields = EnvLimits.model_fields
+    return EnvLimits(**{f: max(getattr(lim, f) for lim in chosen) for f in fields})
+
+
+def parse_levels(levels: Iterable[int] | int) -> tuple[int, ...]:
+    out = (levels,) if isinstance(levels, int) else tuple(sorted(set(levels)))
+    bad = [lv for lv in out if lv not in LEVELS]
+    if not out or bad:
+        raise ValueError(f"finqa-lite levels must be among 1, 2, 3, 4; got {list(out)}")
+    return out
+
+
+class _Calls:
+    """Builds assistant tool-call messages with sequential ids for worked examples."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.n = prefix, 0
+
+    def call(self, name: str, arguments: dict[str, Any], result: str) -> list[Message]:
+        self.n += 1
+        call_id = f"{self.prefix}_{self.n}"
+        fn = ToolCallFunction(name=name, arguments=json.dumps(arguments))
+        return [
+            Message(role="assistant", content=None, tool_calls=[ToolCall(id=call_id, function=fn)]),
+            Message(role="tool", tool_call_id=call_id, name=name, content=result),
+        ]
+
+
+class FinqaLiteEnv(Environment):
+    name = "finqa-lite"
+    version = "1"
+
+    def __init__(
+        self,
+        levels: Iterable[int] | int = LEVELS,
+        seed: int = 0,
+        *,
+        n_companies: int = 240,
+        counts: dict[str, int] | None = None,
+        page_chars: int = 1500,
+        limits: EnvLimits | None = None,
+        tool_max_output_chars: int = 2000,
+    ):
+        self.levels = parse_levels(levels)
+        self.seed = seed
+        self.data = FinqaLite(seed=seed, n_companies=n_companies, **({"counts": counts} if counts else {}))
+        self._explicit_limits = limits is not None
+        self.limits = limits or merged_limits(self.levels)
+        self.index = DocumentIndex(self.data.documents(), page_chars=page_chars)
+        self.tool_max_output_chars = tool_max_output_chars
+        self._few_shot: list[Message] | None = None
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return finqa_tool_schemas()
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return self.data.tasks(split, self.levels)
+
+    def grader_spec(self) -> dict[str, Any]:
+        return {
+            "type": "numeric",
+            "name": "answer",
+            "input": "{{ sample.output_text }}",
+            "reference": "{{ item.answer }}",
+            "rel_tol": 0.01,
+        }
+
+    def start(self, task: Task) -> ToolboxEpisode:
+        state = FinqaToolState(self.index)
+        toolbox = finqa_toolbox(state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars)
+        level = task.data.get("level")
+        if self._explicit_limits or level not in LEVEL_LIMITS:
+            budget = self.limits.max_tool_calls
+        else:
+            budget = LEVEL_LIMITS[level].max_tool_calls
+        return ToolboxEpisode(task, toolbox, budget, state)
+
+    # ------------------------------------------------------------ worked examples
+
+    def few_shot(self) -> list[Message]:
+        """One worked example per level, on the company kept out of every split; tool outputs are real."""
+        if self._few_shot is None:
+            self._few_shot = [m for level in self.levels for m in self._example(level)]
+        return [m.model_copy(deep=True) for m in self._few_shot]
+
+    def _example(self, level: int) -> list[Message]:
+        task = self.data.example_task(level)
+        state = FinqaToolState(self.index)
+        calls = _Calls(f"example{level}")
+        messages = [task.messages[0].model_copy()]
+        if level >= 3:
+            for company, year, doc_id in zip(task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True):
+                query = f"{company} {year}"
+                messages += calls.call("search", {"query": query}, state.search(query))
+                messages += calls.call("open", {"doc_id": doc_id}, state.open(doc_id))
+        program = task.data["program"]
+        messages += calls.call("calculate", {"expression": program}, state.calculate(program))
+        messages.append(Message(role="assistant", content=f"The answer is {answer_text(task.data['answer'])}."))
+        return messages

@@ -1,0 +1,184 @@
+"""`JsonlEnv`: tasks from an OpenAI RFT dataset (JSONL, one object per line).
+
+Each row: `messages` (the last from the user), optional `tools` (OpenAI
+function schemas); every other key is grading data and goes to `Task.data`.
+Declared tools run only if a Python module implementing them is given
+(`tools_module`: a .py path or an importable module name, functions named
+like the tools); otherwise a call returns an error ToolResult that says so, so
+an eval still runs and the trajectory shows the attempt. Rows that bring their
+own system/developer message keep it instead of the env's generic prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.tools.base import ToolResult
+from agentrft.tools.registry import Tool, Toolbox, error_result
+from agentrft.types import Message, Task
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Use the provided tools when they help; "
+    "when you are done, reply with your final answer and no tool call."
+)
+
+
+class JsonlDataError(ValueError):
+    """A dataset or grader file could not be read; the message names file, line and field."""
+
+
+def _load_module(spec: str) -> Any:
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.is_file():
+            raise JsonlDataError(f"{spec}: tools module file not found")
+        mspec = importlib.util.spec_from_file_location(f"agentrft_user_tools_{path.stem}", path)
+        if mspec is None or mspec.loader is None:
+            raise JsonlDataError(f"{spec}: cannot load as a Python module")
+        module = importlib.util.module_from_spec(mspec)
+        mspec.loader.exec_module(module)
+        return module
+    return importlib.import_module(spec)
+
+
+def parse_row(line: str, where: str) -> Task:
+    """One JSONL line as a Task; JsonlDataError names `where` (file:line) and the field."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise JsonlDataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise JsonlDataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise JsonlDataError(f"{where}: field 'messages' must be a non-empty list of chat messages")
+    parsed = []
+    for i, m in enumerate(messages):
+        try:
+            parsed.append(Message.model_validate(m))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise JsonlDataError(f"{where}: field 'messages[{i}]{'.' + loc if loc else ''}': {err['msg']}") from None
+    if parsed[-1].role != "user":
+        raise JsonlDataError(f"{where}: field 'messages': the last message must be from the user, not {parsed[-1].role!r}")
+    tools = row.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise JsonlDataError(f"{where}: field 'tools' must be a list of function tool schemas")
+        for i, t in enumerate(tools):
+            name = t.get("function", {}).get("name") if isinstance(t, dict) and isinstance(t.get("function"), dict) else None
+            if not isinstance(name, str) or not name:
+                raise JsonlDataError(f"{where}: field 'tools[{i}].function.name' is missing")
+    data = {k: v for k, v in row.items() if k not in ("messages", "tools")}
+    row_id = row.get("id")
+    task_id = str(row_id) if isinstance(row_id, str | int) else "jsonl-" + hashlib.sha256(line.strip().encode()).hexdigest()[:16]
+    return Task(id=task_id, env="jsonl", messages=parsed, tools=tools, data=data)
+
+
+def load_jsonl_tasks(path: str | Path) -> list[Task]:
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise JsonlDataError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JsonlDataError(f"{path}: cannot read: {exc}") from None
+    tasks = [parse_row(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+    if not tasks:
+        raise JsonlDataError(f"{path}: no rows")
+    return tasks
+
+
+class _DeclaredOnly(Toolbox):
+    """Dispatch to local implementations; declared-but-unimplemented tools answer with an explanation."""
+
+    def __init__(self, implemented: list[Tool], declared: list[str]):
+        super().__init__(implemented)
+        self.declared = declared
+
+    async def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+        if name not in self.declared:
+            return error_result(
+                f"Error: unknown tool {name!r}. Available tools: {', '.join(self.declared) or 'none'}.", "unknown_tool"
+            )
+        if name not in self.tools:
+            return error_result(
+                f"Error: tool {name!r} is declared by the dataset but not executable locally "
+                "(no Python tool module implements it).",
+                "unknown_tool",
+            )
+        return await super().call(name, arguments)
+
+
+class JsonlEnv(Environment):
+    name = "jsonl"
+    version = "1"
+
+    def __init__(
+        self,
+        path: str | Path,
+        grader_spec_path: str | Path | None = None,
+        *,
+        tools_module: str | None = None,
+        limits: EnvLimits | None = None,
+    ):
+        self.path = Path(path)
+        self._tasks = load_jsonl_tasks(self.path)
+        self.limits = limits or EnvLimits()
+        self._grader = self._read_grader(grader_spec_path) if grader_spec_path else None
+        schemas: dict[str, dict[str, Any]] = {}
+        for t in self._tasks:
+            for s in t.tools or []:
+                schemas.setdefault(s["function"]["name"], s)
+        self._schemas = list(schemas.values())
+        self._impl: dict[str, Tool] = {}
+        if tools_module:
+            module = _load_module(tools_module)
+            for name in schemas:
+                fn = getattr(module, name, None)
+                if callable(fn):
+                    self._impl[name] = Tool.from_function(fn, name=name, timeout_s=self.limits.tool_timeout_s)
+
+    @staticmethod
+    def _read_grader(path: str | Path) -> dict[str, Any]:
+        try:
+            spec = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise JsonlDataError(f"{path}: grader spec file not found") from None
+        except json.JSONDecodeError as exc:
+            raise JsonlDataError(f"{path}:{exc.lineno}: invalid JSON in grader spec ({exc.msg})") from None
+        if not isinstance(spec, dict) or "type" not in spec:
+            raise JsonlDataError(f"{path}: a grader spec must be a JSON object with a 'type' field")
+        return spec
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return list(self._schemas)
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return list(self._tasks)
+
+    def grader_spec(self) -> dict[str, Any]:
+        return dict(self._grader) if self._grader else super().grader_spec()
+
+    def initial_messages(self, task: Task) -> list[Message]:
+        if task.messages and task.messages[0].role in ("system", "developer"):
+            return [*self.few_shot(), *task.messages]
+        return super().initial_messages(task)
+
+    def start(self, task: Task) -> ToolboxEpisode:
+        declared = [s["function"]["name"] for s in task.tools or []]
+        box = _DeclaredOnly([self._impl[n] for n in declared if n in self._impl], declared)
+        return ToolboxEpisode(task, box, self.limits.max_tool_calls)

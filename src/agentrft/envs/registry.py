@@ -1,0 +1,55 @@
+"""`make_env(spec)`: environments by name, as the CLI and configs write them.
+
+Specs: `finqa-lite` (all levels), `finqa-lite:1` or `finqa-lite:1,2` (levels),
+`finqa:PATH.json` (an official FinQA file), `jsonl:PATH[?grader=G.json]` (an
+OpenAI RFT dataset). Keyword arguments go to the environment's constructor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from agentrft.envs.base import Environment
+
+VALID_SPECS = ("finqa-lite", "finqa-lite:LEVELS (e.g. finqa-lite:1,2)", "finqa:PATH.json", "jsonl:PATH[?grader=G.json]")
+
+
+def _unknown(spec: str, why: str = "") -> ValueError:
+    return ValueError(f"unknown environment {spec!r}{': ' + why if why else ''}; valid: {', '.join(VALID_SPECS)}")
+
+
+def make_env(spec: str, **kwargs: Any) -> Environment:
+    name, _, rest = spec.strip().partition(":")
+    if name == "finqa-lite":
+        from agentrft.envs.finqa_lite import FinqaLiteEnv
+
+        if rest:
+            try:
+                levels = tuple(int(x) for x in rest.split(","))
+            except ValueError:
+                raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
+            kwargs["levels"] = levels
+        return FinqaLiteEnv(**kwargs)
+    if name == "finqa":
+        if not rest:
+            raise _unknown(spec, "finqa needs a path, e.g. finqa:data/test.json")
+        from agentrft.envs.finqa_json import FinqaJsonEnv
+
+        return FinqaJsonEnv(rest, **kwargs)
+    if name == "jsonl":
+        path, _, query = rest.partition("?")
+        if not path:
+            raise _unknown(spec, "jsonl needs a path, e.g. jsonl:data/train.jsonl")
+        params = parse_qs(query, keep_blank_values=True) if query else {}
+        unknown = sorted(set(params) - {"grader", "tools"})
+        if unknown:
+            raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: grader, tools)")
+        from agentrft.envs.jsonl import JsonlEnv
+
+        if "grader" in params:
+            kwargs.setdefault("grader_spec_path", params["grader"][-1])
+        if "tools" in params:
+            kwargs.setdefault("tools_module", params["tools"][-1])
+        return JsonlEnv(path, **kwargs)
+    raise _unknown(spec)
