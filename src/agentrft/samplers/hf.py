@@ -26,6 +26,27 @@ from agentrft.samplers.base import SampleRequest, SampleResult
 _Pending = tuple[SampleRequest, "asyncio.Future[SampleResult]", float]
 
 
+def template_supports_tools(tokenizer: Any) -> bool:
+    """Whether the chat template reads a `tools` variable. SmolLM2's does not: tool
+    schemas are then left to the agent loop's tool-call format (system prompt)."""
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                add_generation_prompt: bool) -> list[int]:
+    """Token ids of `messages` through the tokenizer's chat template (tools passed where supported)."""
+    # Templates concatenate `content` as a string; an assistant turn that only
+    # calls tools has content None in OpenAI format. Copy, never mutate the input.
+    msgs = [{**m, "content": m.get("content") or ""} for m in messages]
+    kwargs: dict[str, Any] = {}
+    if tools and template_supports_tools(tokenizer):
+        kwargs["tools"] = tools
+    out = tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                        return_dict=False, **kwargs)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    return [int(i) for i in ids]
+
+
 class HFSampler:
     """`TokenSampler` over a Hugging Face causal LM and its tokenizer."""
 
@@ -54,10 +75,7 @@ class HFSampler:
                                 max_positions=int(getattr(model.config, "max_position_embeddings", 1 << 30)),
                                 decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
         self._vocab = int(model.get_input_embeddings().weight.shape[0])
-        template = getattr(tokenizer, "chat_template", None) or ""
-        # SmolLM2's template has no `tools` variable: tool schemas are then left to the
-        # agent loop's tool-call format (it describes them in the system prompt).
-        self.template_supports_tools = "tools" in template
+        self.template_supports_tools = template_supports_tools(tokenizer)
         self._rng = random.Random()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrft-hf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -69,16 +87,7 @@ class HFSampler:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True) -> list[int]:
         """Token ids of the conversation through the tokenizer's chat template."""
-        # Templates concatenate `content` as a string; an assistant turn that only
-        # calls tools has content None in OpenAI format. Copy, never mutate the input.
-        msgs = [{**m, "content": m.get("content") or ""} for m in messages]
-        kwargs: dict[str, Any] = {}
-        if tools and self.template_supports_tools:
-            kwargs["tools"] = tools
-        out = self.tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=add_generation_prompt,
-                                                 return_dict=False, **kwargs)
-        ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-        return [int(i) for i in ids]
+        return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, special tokens included (the exact inverse view of `render`)."""
