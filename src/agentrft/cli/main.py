@@ -17,6 +17,7 @@ app = typer.Typer(
 _COMMAND_MODULES: list[str] = [
     "finqa",
     "serve",
+    "traj",
 ]
 
 
