@@ -1,0 +1,110 @@
+"""The HTML report: content checks in Python and a render in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from eval_fakes import make_task, make_traj
+
+from agentrft.eval.harness import summarize
+from agentrft.eval.report import build_report, pick_before_after, write_report
+from agentrft.types import Run
+
+EVIL = '</script><img id="pwned" src=x onerror="document.title=\'pwned\'">__DATA__'
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+
+
+def make_run_dir(root: Path, *, metrics_jsonl: bool = False) -> Path:
+    from agentrft.store import Store
+
+    run_dir = root / "run"
+    run_dir.mkdir()
+    tasks = [make_task("task-alpha", 2, level=1), make_task("task-beta", 2, level=2, template="ratio"),
+             make_task("task-gamma", 2, level=3, template="sum")]
+    store = Store(run_dir / "agentrft.db")
+    plan = {"baseline": {"task-alpha": [1.0, 0.0], "task-beta": [0.0, 0.0], "task-gamma": [0.0, 0.0]},
+            "final": {"task-alpha": [1.0, 1.0], "task-beta": [1.0, 0.0], "task-gamma": [0.0, 0.0]}}
+    for i, (name, rewards) in enumerate(plan.items()):
+        run_id = f"run-{name}"
+        trajs = [make_traj(tid, r, run_id=run_id, answer="2" if r else EVIL, tool_error=(tid == "task-gamma"))
+                 for tid, rs in rewards.items() for r in rs]
+        for t in trajs:
+            store.add_trajectory(t)
+        res = summarize(trajs, tasks, run_id=run_id, run_name=name)
+        store.add_run(Run(id=run_id, name=name, kind="eval", created_at=1000.0 + i,
+                          metadata={"result": res.model_dump(mode="json"), "task_data": {t.id: t.data for t in tasks}}))
+    store.add_run(Run(id="run-train", name="grpo", kind="train", created_at=1000.5))
+    rows = [{"step": s, "train_reward_mean": 0.1 * s, "valid_reward_mean": 0.05 * s, "valid_pass@1": 0.1 * s}
+            for s in range(6)]
+    if metrics_jsonl:
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        for r in rows:
+            store.log_metrics("run-train", r["step"], {k: v for k, v in r.items() if k != "step"})
+    store.close()
+    return run_dir
+
+
+def test_pick_before_after() -> None:
+    a, b, c = Run(name="x"), Run(name="final"), Run(name="baseline")
+    assert pick_before_after([a, b, c]) == (c, b)
+    assert pick_before_after([a, b.model_copy(update={"name": "y"})])[0] is a
+    assert pick_before_after([a]) == (a, None)
+    assert pick_before_after([]) == (None, None)
+
+
+def test_report_contains_data_and_escapes(tmp_path: Path) -> None:
+    html = build_report(make_run_dir(tmp_path))
+    assert "<svg" in html and "Reward over training steps" in html and 'data-series="train_reward_mean"' in html
+    assert "task-alpha" in html and "baseline" in html and "final" in html
+    assert "Paired comparison on 3 shared tasks" in html
+    assert "<img" not in html and "</script><img" not in html  # model output stays inside the JSON, escaped
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+
+
+def test_report_reads_metrics_jsonl_and_names_missing_db(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, metrics_jsonl=True)
+    assert 'data-series="valid_pass@1"' in build_report(run_dir)
+    with pytest.raises(FileNotFoundError, match="agentrft.db"):
+        build_report(tmp_path / "nowhere")
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"loss": 1}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: a metrics line needs a numeric 'step'"):
+        build_report(run_dir)
+
+
+def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
+    profile = tempfile.mkdtemp(prefix="agentrft-chromium-")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", *args, url]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    path = write_report(make_run_dir(tmp_path))
+    proc = _chromium(["--virtual-time-budget=5000", "--dump-dom"], path.as_uri())
+    dom = proc.stdout
+    assert "<svg" in dom, proc.stderr[-2000:]
+    # the trajectory browser was built by the script: rows with task ids and rewards
+    assert 'class="row' in dom and "task-alpha" in dom and "task-beta" in dom
+    assert "1.000" in dom and "0.000" in dom
+    assert "12 of 12 shown" in dom
+    # injected markup never became an element (it is shown as text) and never ran
+    assert '<img id="pwned"' not in dom and "<title>pwned" not in dom
+    assert "<h3>Task task-" in dom  # the first trajectory's detail was rendered
+    shot = tmp_path / "shot.png"
+    _chromium(["--window-size=1300,2600", f"--screenshot={shot}"], path.as_uri())
+    assert shot.exists() and shot.stat().st_size > 10_000
+    keep = os.environ.get("AGENTRFT_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
