@@ -1,0 +1,106 @@
+"""`python` grader: `source` defining `grade(sample, item) -> float`, run in `agentrft.tools.sandbox`.
+
+Each call is a fresh fenced interpreter (no network, 2 min, 2 GB address
+space, 1 GB files by default — configurable) that receives
+`grade(sample_dict, item)`; `sample_dict` has output_text, output_json,
+output_tools, choices (and trajectory when grading one). The source is read
+once at load time (from `source`, or `source_path` relative to the spec), so
+editing files later — by the grader itself or by a policy's tool — cannot
+change what runs. Only the returned value counts; stdout is kept for
+diagnostics and never parsed.
+
+Flags (reward 0 with the flag):
+- `python_grader_runtime_error`: the code raised (including MemoryError past the
+  memory limit, PermissionError writing protected files), or returned a
+  non-number (bool, str, NaN, inf), or no `grade` function.
+- `unresponsive_reward_error`: wall-clock timeout or CPU limit (process group killed).
+- `python_grader_server_error`: the sandbox itself failed (could not start,
+  died by a signal without a result, or a corrupt result channel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agentrft.graders.base import Grader, GraderFailure, GraderSpecError, Sample, Score
+from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
+from agentrft.tools.sandbox import SandboxResult, run_sandboxed
+
+_FLAGS = {
+    "exception": "python_grader_runtime_error",
+    "memory": "python_grader_runtime_error",
+    "timeout": "unresponsive_reward_error",
+    "cpu_limit": "unresponsive_reward_error",
+    "killed": "python_grader_server_error",
+    "protocol": "python_grader_server_error",
+    "start_failed": "python_grader_server_error",
+}
+
+
+class PythonSpec(SpecBase):
+    type: Literal["python"]
+    source: str | None = None
+    source_path: str | None = None
+    image_tag: str | None = None  # accepted for OpenAI compatibility; there is no image here
+    timeout_s: float = Field(default=120.0, gt=0)
+    memory_bytes: int = Field(default=2 * 1024**3, gt=0)
+    file_size_bytes: int = Field(default=1024**3, ge=0)
+    max_procs: int = Field(default=32, ge=1)
+
+
+@register_grader("python")
+class PythonGrader(Grader):
+    Spec = PythonSpec
+    is_async = True  # a subprocess per call: run in a thread so many can be in flight
+
+    def __init__(self, name: str, source: str, spec: PythonSpec, where: str = "") -> None:
+        super().__init__(name, spec.pass_threshold)
+        pre = f"{where}." if where else ""
+        try:
+            compile(source, "<python grader>", "exec")
+        except SyntaxError as e:
+            raise GraderSpecError(f"{pre}source", f"Python syntax error at line {e.lineno}: {e.msg}") from None
+        self.source = source
+        self.spec = spec
+        self.last_isolation: dict[str, Any] = {}
+
+    @classmethod
+    def build(cls, spec: PythonSpec, where: str, options: LoadOptions) -> PythonGrader:
+        pre = f"{where}." if where else ""
+        if (spec.source is None) == (spec.source_path is None):
+            raise GraderSpecError(f"{pre}source", "give exactly one of source or source_path")
+        source = spec.source
+        if source is None:
+            try:
+                source = Path(str(spec.source_path)).read_text(encoding="utf-8")
+            except OSError as e:
+                raise GraderSpecError(f"{pre}source_path", f"cannot read: {e.strerror or e}") from None
+        return cls(spec.name or "python", source, spec, where)
+
+    def score(self, sample: Sample, item: dict[str, Any]) -> Score:
+        return self._finish(self._run(sample, item))
+
+    async def ascore(self, sample: Sample, item: dict[str, Any]) -> Score:
+        return self._finish(await asyncio.to_thread(self._run, sample, item))
+
+    def _run(self, sample: Sample, item: dict[str, Any]) -> SandboxResult:
+        s = self.spec
+        return run_sandboxed(self.source, {"sample": sample.to_dict(), "item": item}, entrypoint="grade",
+                             timeout_s=s.timeout_s, memory_bytes=s.memory_bytes, file_size_bytes=s.file_size_bytes,
+                             max_procs=s.max_procs)
+
+    def _finish(self, res: SandboxResult) -> Score:
+        self.last_isolation = res.isolation
+        meta = {"isolation": res.isolation, "seconds": round(res.seconds, 4)}
+        if not res.ok:
+            flag = _FLAGS.get(res.error_flag or "", "python_grader_server_error")
+            raise GraderFailure(flag, f"{res.error_flag}: {res.error}")
+        v = res.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise GraderFailure("python_grader_runtime_error", f"grade() returned {v!r}, expected a finite float")
+        return Score(float(v), metadata=meta)

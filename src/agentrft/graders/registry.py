@@ -1,0 +1,163 @@
+"""One registry of grader types and `load_grader(spec)`.
+
+Each grader class registers under its spec `type` with a pydantic `Spec` model
+(extra="forbid") and a `build(spec, where, options)` classmethod. Validation
+errors are turned into one `GraderSpecError` naming the JSON path of the fault,
+e.g. `graders.acc.operation: must be one of eq, ne, like, ilike`, before
+anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agentrft.graders.base import Grader, GraderSpecError
+
+G = TypeVar("G", bound=type[Grader])
+_REGISTRY: dict[str, type[Grader]] = {}
+
+
+class SpecBase(BaseModel):
+    """Fields every spec accepts. `pass_threshold` is an agentrft extension on all types."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    name: str | None = None
+    pass_threshold: float | None = None
+
+
+@dataclass
+class LoadOptions:
+    """Run-time settings that do not belong in a spec (where the judge lives, caches, transports).
+
+    `transport` is an httpx transport used by model/endpoint graders (tests pass
+    `httpx.MockTransport`). `cache_dir=None` keeps judge replies in
+    `~/.cache/agentrft/graders`; `cache=False` turns the cache off.
+    """
+
+    base_url: str | None = None
+    api_key: str | None = None
+    cache_dir: str | Path | None = None
+    cache: bool = True
+    transport: Any = None
+    concurrency: int = 8
+
+
+def register_grader(type_name: str) -> Callable[[G], G]:
+    def deco(cls: G) -> G:
+        if type_name in _REGISTRY:
+            raise ValueError(f"grader type {type_name!r} registered twice")
+        cls.type = type_name
+        _REGISTRY[type_name] = cls
+        return cls
+
+    return deco
+
+
+def grader_types() -> list[str]:
+    _ensure_builtin()
+    return sorted(_REGISTRY)
+
+
+def _ensure_builtin() -> None:
+    # Importing the modules registers their classes (kept lazy to avoid import cycles).
+    from agentrft.graders import model, multi, numeric, python_grader, text, trajectory  # noqa: F401
+
+
+def _fmt_loc(prefix: str, loc: tuple[Any, ...]) -> str:
+    parts = [prefix] if prefix else []
+    for p in loc:
+        if isinstance(p, int):
+            if parts:
+                parts[-1] += f"[{p}]"
+            else:
+                parts.append(f"[{p}]")
+        else:
+            parts.append(str(p))
+    return ".".join(parts)
+
+
+def _fmt_error(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return f"must be one of {expected}"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    return str(err.get("msg", "invalid"))
+
+
+def validate_spec(model: type[BaseModel], spec: dict[str, Any], where: str) -> Any:
+    try:
+        return model.model_validate(spec)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise GraderSpecError(_fmt_loc(where, tuple(err["loc"])), _fmt_error(dict(err))) from None
+
+
+def build_grader(spec: Any, where: str, options: LoadOptions, *, allow_multi: bool = True) -> Grader:
+    """Validate one spec dict and build its grader (used recursively by `multi`)."""
+    _ensure_builtin()
+    if not isinstance(spec, dict):
+        raise GraderSpecError(where, f"a grader spec must be a JSON object, got {type(spec).__name__}")
+    kind = spec.get("type")
+    if kind is None:
+        raise GraderSpecError(_fmt_loc(where, ("type",)), "required field is missing")
+    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise GraderSpecError(_fmt_loc(where, ("type",)),
+                              f"unknown grader type {kind!r}; valid types: {', '.join(sorted(_REGISTRY))}")
+    if kind == "multi" and not allow_multi:
+        raise GraderSpecError(_fmt_loc(where, ("type",)), "multi graders cannot be nested")
+    parsed = validate_spec(cls.Spec, spec, where)  # type: ignore[attr-defined]
+    return cls.build(parsed, where, options)  # type: ignore[attr-defined]
+
+
+def load_grader(spec: dict[str, Any] | str | Path, options: LoadOptions | None = None) -> Grader:
+    """A grader from a spec dict, a JSON/YAML file path, or JSON text.
+
+    Raises `GraderSpecError` (path of the fault; file name prefixed when read
+    from a file) before anything runs.
+    """
+    options = options or LoadOptions()
+    origin = ""
+    if isinstance(spec, Path) or (isinstance(spec, str) and not spec.lstrip().startswith("{")):
+        path = Path(spec)
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise GraderSpecError(origin, f"cannot read grader spec: {e.strerror or e}") from None
+        spec = _parse_text(text, origin, yaml_ok=path.suffix.lower() in (".yaml", ".yml"))
+    elif isinstance(spec, str):
+        spec = _parse_text(spec, "", yaml_ok=False)
+    try:
+        return build_grader(spec, "", options)
+    except GraderSpecError as e:
+        if origin:
+            raise GraderSpecError(f"{origin}: {e.path}" if e.path else origin, e.message, e.flag) from None
+        raise
+
+
+def _parse_text(text: str, origin: str, *, yaml_ok: bool) -> Any:
+    if yaml_ok:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise GraderSpecError(origin, f"invalid YAML: {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GraderSpecError(origin, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
