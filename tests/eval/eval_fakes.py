@@ -128,7 +128,7 @@ class FakeSampler:
 def install_fake_runner(monkeypatch: Any) -> None:
     class Runner:
         def __init__(self, env: Any, sampler: FakeSampler, *, store: Any, grader: Any, params: Any,
-                     tool_format: str = "xml") -> None:
+                     tool_format: str = "xml", progress: bool = True) -> None:
             self.env, self.sampler, self.store = env, sampler, store
 
         async def run(self, tasks: list[Task], samples_per_task: int, *, run_id: str) -> list[Trajectory]:

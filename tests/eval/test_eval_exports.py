@@ -47,14 +47,15 @@ def test_rft_round_trip(tmp_path: Path) -> None:
 
 
 def test_rft_round_trip_through_jsonl_env(tmp_path: Path) -> None:
-    envs = pytest.importorskip("agentrft.envs", reason="agentrft.envs not importable")
-    if not hasattr(envs, "JsonlEnv"):
-        pytest.skip("agentrft.envs.JsonlEnv is not available in this tree yet")
+    from agentrft.envs.jsonl import JsonlEnv
+
     out = tmp_path / "rft.jsonl"
     export_run(_store(), "r1", "rft", out)
-    env = envs.JsonlEnv(out)
-    loaded = {t.data.get("answer") for split in ("train",) for t in env.tasks(split)}
-    assert loaded == {2, 5}
+    env = JsonlEnv(out)
+    expected = {t.id: t.data for t in [make_task("a", 2, level=1), make_task("b", 5, level=3, template="ratio")]}
+    # JsonlEnv keeps every non-reserved key as data, the row's id included
+    assert {t.id: {k: v for k, v in t.data.items() if k != "id"} for t in env.tasks("train")} == expected
+    assert [t.messages[-1].content for t in env.tasks("train")] == ["Question a: 5 and 3?", "Question b: 5 and 3?"]
 
 
 def test_rft_errors_name_the_problem(tmp_path: Path) -> None:

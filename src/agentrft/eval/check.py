@@ -179,20 +179,21 @@ def decide(r: CheckResult, th: CheckThresholds) -> tuple[Verdict, list[str]]:
 
 
 def make_grade_fn(grader: Any) -> GradeFn:
-    """Bind an `agentrft.graders` grader to the (trajectory, task) signature used here."""
-    from agentrft.graders import grade_trajectory
+    """Bind a grader to the (trajectory, task) signature used here; the item is ``task.data``, as in rollout."""
+    if hasattr(grader, "grade"):
+        return lambda traj, task: grader.grade(traj, dict(task.data))
+    from agentrft.graders import grade_trajectory  # type: ignore[attr-defined]
 
     return lambda traj, task: grade_trajectory(grader, traj, dict(task.data))
 
 
 async def check_async(env: Any, sampler: Any, *, samples: int = 4, tasks: int | None = 20, split: str = "train",
                       store: Any = None, params: Any = None, thresholds: CheckThresholds | None = None,
-                      env_spec: str | None = None, tool_format: str = "xml") -> CheckResult:
+                      env_spec: str | None = None, tool_format: str = "xml", progress: bool = True) -> CheckResult:
     """Play ``samples`` episodes on the first ``tasks`` tasks of ``split``, then `assess` them."""
     from agentrft.eval.harness import select_tasks
     from agentrft.graders import load_grader
     from agentrft.rollout.runner import Runner
-    from agentrft.samplers.base import SamplingParams
     from agentrft.types import new_id
 
     if samples < 2:
@@ -201,8 +202,8 @@ async def check_async(env: Any, sampler: Any, *, samples: int = 4, tasks: int | 
     if not chosen:
         raise ValueError(f"environment {env.name!r} has no tasks in split {split!r}")
     grader = load_grader(env.grader_spec())
-    runner = Runner(env, sampler, store=store, grader=grader, params=params or SamplingParams(),
-                    tool_format=tool_format)
+    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format,
+                    progress=progress)
     trajs = await runner.run(chosen, samples, run_id=new_id())
     return assess(trajs, chosen, make_grade_fn(grader), thresholds=thresholds,
                   env=env_spec or env.name, policy=getattr(sampler, "policy", None))

@@ -2,7 +2,8 @@
 
 * ``rft`` — one row per task, the OpenAI RFT layout (SPECS §1): ``messages`` up
   to and including the last user message, then every key of ``Task.data`` as
-  free grading data, plus ``task_id`` (unless the data already has one). Task
+  free grading data, plus ``id`` = the task id (unless the data already has an
+  ``id``; `agentrft.envs.JsonlEnv` takes a row's ``id`` as its task id). Task
   tools, when a task brings its own, go under the reserved ``tools`` key.
 * ``sft`` — the best *successful* trajectory of each task (highest reward, then
   fewest tokens, then oldest), full OpenAI messages.
@@ -65,7 +66,7 @@ def rft_rows(trajectories: Sequence[Trajectory], task_data: Mapping[str, Mapping
         if task_tools and task_tools.get(t.task_id):
             row["tools"] = task_tools[t.task_id]
         row.update(data)
-        row.setdefault("task_id", t.task_id)
+        row.setdefault("id", t.task_id)
         rows.append(row)
     return rows
 
@@ -87,8 +88,8 @@ def read_rft_rows(path: str | Path) -> list[Task]:
         if messages[-1].role != "user":
             raise ValueError(f"{where}: the last message must be the user's, got {messages[-1].role!r}")
         tools = row.pop("tools", None)
-        task_id = str(row.get("task_id", f"row-{lineno}"))
-        data = {k: v for k, v in row.items() if k != "task_id"}
+        task_id = str(row.get("id", f"row-{lineno}"))
+        data = {k: v for k, v in row.items() if k != "id"}
         tasks.append(Task(id=task_id, messages=messages, tools=tools, data=data))
     return tasks
 

@@ -277,13 +277,14 @@ def evaluate(env: Any, sampler: Any, **kwargs: Any) -> EvalResult:
 async def evaluate_async(env: Any, sampler: Any, *, split: str = "held-out", samples: int = 4,
                    tasks: int | None = None, store: Any, run_name: str = "eval", params: Any = None,
                    prices: Prices | None = None, env_spec: str | None = None, grader: Any = None,
-                   tool_format: str = "xml", seed: int = 0) -> EvalResult:
+                   tool_format: str = "xml", seed: int = 0, progress: bool = True) -> EvalResult:
     """Play ``samples`` episodes of each selected task, store them and the run, return the summary.
 
-    ``grader`` defaults to the environment's own (``env.grader_spec()``).
+    ``grader`` defaults to the environment's own (``env.grader_spec()``); ``params``
+    to the runner's default (temperature 1, the env's per-turn token limit).
+    ``progress`` shows the runner's progress bar (turn it off when stdout is JSON).
     """
     from agentrft.rollout.runner import Runner
-    from agentrft.samplers.base import SamplingParams
 
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
@@ -294,14 +295,15 @@ async def evaluate_async(env: Any, sampler: Any, *, split: str = "held-out", sam
         from agentrft.graders import load_grader
 
         grader = load_grader(env.grader_spec())
-    params = params or SamplingParams()
     run_id = new_id()
-    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format)
+    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format,
+                    progress=progress)
+    params = getattr(runner, "params", params)
     trajs = await runner.run(chosen, samples, run_id=run_id)
     result = summarize(trajs, chosen, prices=prices, run_id=run_id, run_name=run_name,
                        env=env_spec or env.name, split=split, seed=seed)
     config = {"env": env_spec or env.name, "split": split, "samples": samples, "tasks": tasks,
-              "policy": getattr(sampler, "policy", None), "params": params.model_dump(),
+              "policy": getattr(sampler, "policy", None), "params": None if params is None else params.model_dump(),
               "tool_format": tool_format, "prices": None if prices is None else prices.model_dump()}
     store.add_run(Run(id=run_id, name=run_name, kind="eval", config=config, metadata={
         "result": result.model_dump(mode="json"),
