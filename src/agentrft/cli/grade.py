@@ -1,0 +1,94 @@
+"""`agentrft grade`: run an OpenAI-style grader spec over JSONL items and samples.
+
+Pairs line i of ITEMS with line i of SAMPLES (one ITEMS line is reused for every
+sample). A SAMPLES line is `{"output_text": …}`, a full sample
+(`output_json`, `output_tools`, `choices`) or a serialised trajectory.
+`--json` prints one object per pair: `{"index", "reward", "sub_rewards",
+"errors" (flag names), "success"}`; otherwise one readable line per pair and a
+summary. The spec is validated (one line naming its JSON path) before any
+sample is read; a bad JSONL line is reported as `FILE:LINE: why`. Exit codes:
+0 ok, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise _fail(f"{path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise _fail(f"{path}: not UTF-8 text") from None
+    out = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise _fail(f"{path}:{no}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise _fail(f"{path}:{no}: expected a JSON object, got {type(obj).__name__}")
+        out.append((no, obj))
+    return out
+
+
+def grade_command(
+    grader: Path = typer.Option(..., "--grader", help="Grader spec (JSON or YAML file)."),
+    items: Path = typer.Option(..., "--items", help="JSONL of dataset items (grading data)."),
+    samples: Path = typer.Option(..., "--samples", help="JSONL of samples or trajectories."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line for machines."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Judge endpoint for model graders."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Grades in flight (async graders)."),
+) -> None:
+    """Grade SAMPLES against ITEMS with the grader spec G and print the rewards."""
+    from agentrft.graders import GraderSpecError, LoadOptions, Sample, agrade_many, load_grader, summarize_grades
+
+    try:
+        g = load_grader(grader, LoadOptions(base_url=base_url, concurrency=concurrency))
+    except GraderSpecError as e:
+        raise _fail(str(e)) from None
+    item_rows = _read_jsonl(items)
+    sample_rows = _read_jsonl(samples)
+    if len(item_rows) != 1 and len(item_rows) != len(sample_rows):
+        raise _fail(f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
+                    "(give one item per sample, or a single item)")
+    pairs = []
+    for k, (no, obj) in enumerate(sample_rows):
+        try:
+            s = Sample.from_dict(obj)
+        except ValueError as e:
+            first = str(e).splitlines()[0]
+            raise _fail(f"{samples}:{no}: not a sample or trajectory ({first})") from None
+        pairs.append((s, item_rows[0 if len(item_rows) == 1 else k][1]))
+    grades = asyncio.run(agrade_many(g, pairs, concurrency=concurrency))
+    for k, gr in enumerate(grades):
+        flags = [e.flag for e in gr.errors]
+        if as_json:
+            typer.echo(json.dumps({"index": k, "reward": gr.reward, "sub_rewards": gr.sub_rewards,
+                                   "errors": flags, "success": gr.success}))
+        else:
+            extra = f"  errors: {', '.join(flags)}" if flags else ""
+            typer.echo(f"{k:>5}  reward {gr.reward:.4f}  {'pass' if gr.success else 'fail'}{extra}")
+    if not as_json:
+        s = summarize_grades(grades)
+        if s["n"]:
+            typer.echo(f"n={s['n']}  reward_mean={s['reward_mean']:.4f}  success_rate={s['success_rate']:.3f}  "
+                       f"errors={s['error_count']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("grade")(grade_command)
