@@ -69,21 +69,26 @@ class RunStats:
             self.grader_errors += bool(traj.grade.errors)
 
 
-def grade_one(grader: Any, traj: Trajectory, task: Task) -> Grade:
-    """Grade with `grader.grade(traj, item)`, or `agentrft.graders.grade_trajectory(grader, traj, item)` for a spec.
+async def grade_episode(grader: Any, traj: Trajectory, task: Task) -> Grade:
+    """Grade one finished episode against `task.data`.
 
-    A grader that raises gives a Grade carrying an `other_error` flag: counted, never a silent 0.
+    `grader` is an object with `agrade(traj, item)` (awaited: model graders stay
+    concurrent) or `grade(traj, item)` (run in a thread: sandboxed python graders
+    block), or a grader spec handed to `agentrft.graders.grade_trajectory`.
+    A grader that raises gives a Grade with an `other_error` flag: counted, never a silent 0.
     """
     try:
+        if hasattr(grader, "agrade"):
+            return await grader.agrade(traj, task.data)
         if hasattr(grader, "grade"):
-            return grader.grade(traj, task.data)
+            return await asyncio.to_thread(grader.grade, traj, task.data)
         from agentrft.graders import grade_trajectory  # type: ignore[attr-defined]
 
-        return grade_trajectory(grader, traj, task.data)
+        return await asyncio.to_thread(grade_trajectory, grader, traj, task.data)
     except Exception as exc:  # noqa: BLE001 - one bad grade must not end the run
-        name = getattr(grader, "name", None) or type(grader).__name__
-        return Grade(reward=0.0, grader=str(name),
-                     errors=[GradeError(flag="other_error", grader=str(name), message=f"{type(exc).__name__}: {exc}")])
+        name = str(getattr(grader, "name", None) or type(grader).__name__)
+        return Grade(reward=0.0, grader=name,
+                     errors=[GradeError(flag="other_error", grader=name, message=f"{type(exc).__name__}: {exc}")])
 
 
 class Runner:
@@ -109,8 +114,7 @@ class Runner:
                                      run_id=run_id, group_id=group_id, policy_version=policy_version,
                                      group_key=group_id)
         if self.grader is not None:
-            # Graders may block (sandboxed subprocess, HTTP): keep the loop generating meanwhile.
-            traj.grade = await asyncio.to_thread(grade_one, self.grader, traj, task)
+            traj.grade = await grade_episode(self.grader, traj, task)
         if self.store is not None:
             try:
                 self.store.add_trajectory(traj)
