@@ -138,7 +138,8 @@ def install_fake_runner(monkeypatch: Any) -> None:
                     ans = self.sampler.answers[task.id][i]
                     t = make_traj(task.id, 0.0, run_id=run_id, answer=ans)
                     t = t.model_copy(update={"grade": numeric_grade(ans, task.data["answer"])})
-                    self.store.add_trajectory(t)
+                    if self.store is not None:
+                        self.store.add_trajectory(t)
                     out.append(t)
             return out
 

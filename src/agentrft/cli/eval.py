@@ -1,0 +1,117 @@
+"""`agentrft eval`: evaluate a policy on an environment's held-out tasks, or compare two eval runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentrft.eval.cli_support import DEFAULT_DB, eval_result_of, fail, find_run, open_store, user_errors
+
+
+def _print_result(res: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"eval {res.run_name or res.run_id} · {res.env} · {res.policy} · split {res.split}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("tasks × samples", f"{res.n_tasks} × {res.samples_per_task}"),
+            ("success rate", f"{res.success_rate:.1%}"),
+            *((f"pass@{k}", f"{v:.1%}") for k, v in res.pass_at_k.items()),
+            *((f"pass^{k}", f"{v:.1%}") for k, v in res.pass_hat_k.items()),
+            ("mean reward [95% CI]", f"{res.mean_reward:.3f} [{res.reward_ci[0]:.3f}, {res.reward_ci[1]:.3f}]"),
+            ("tool calls / episode", f"{res.tools.calls_per_episode:.2f}"),
+            ("tool error rate", f"{res.tools.error_rate:.1%}"),
+            ("tokens / episode", f"{res.usage.tokens_per_episode:,.0f}"),
+            ("latency s / episode", f"{res.usage.latency_s_mean:.2f}"),
+            ("tokens / success", "–" if res.cost.tokens_per_success is None else f"{res.cost.tokens_per_success:,.0f}"),
+            ("seconds / success", "–" if res.cost.seconds_per_success is None else f"{res.cost.seconds_per_success:.2f}")]
+    if res.cost.usd_per_success is not None:
+        rows.append(("USD / success", f"{res.cost.usd_per_success:.6f}"))
+    rows += [(f"failures: {k}", str(v)) for k, v in res.failures.items() if v]
+    rows += [(f"level {k}", f"{b.success_rate:.1%} of {b.n_samples}") for k, b in res.per_level.items()]
+    if res.n_ungraded:
+        rows.append(("ungraded trajectories", str(res.n_ungraded)))
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+    typer.echo(f"run id: {res.run_id}")
+
+
+def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
+    from agentrft.eval.metrics import paired_test
+
+    store = open_store(db)
+    try:
+        a, b = find_run(store, run_a), find_run(store, run_b)
+        ra, rb = eval_result_of(store, a), eval_result_of(store, b)
+    finally:
+        store.close()
+    cmp = paired_test(ra.task_rates(), rb.task_rates())
+    out = {"run_a": {"id": a.id, "name": a.name, "success_rate": ra.success_rate, "mean_reward": ra.mean_reward},
+           "run_b": {"id": b.id, "name": b.name, "success_rate": rb.success_rate, "mean_reward": rb.mean_reward},
+           "comparison": cmp.model_dump(mode="json")}
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(f"A = {a.name or a.id} ({a.id}): per-task success {cmp.mean_a:.1%}")
+    typer.echo(f"B = {b.name or b.id} ({b.id}): per-task success {cmp.mean_b:.1%}")
+    typer.echo(f"B - A on {cmp.n_tasks} shared tasks: {cmp.diff:+.1%} (95% CI {cmp.ci[0]:+.1%} to {cmp.ci[1]:+.1%}), "
+               f"p = {cmp.p_value:.3g} [{cmp.method}]")
+    typer.echo(f"B better on {cmp.wins_b} tasks, worse on {cmp.wins_a}, tied on {cmp.ties}"
+               + (f"; {cmp.only_in_a} tasks only in A, {cmp.only_in_b} only in B" if cmp.only_in_a or cmp.only_in_b else ""))
+
+
+def eval_command(
+    env: str | None = typer.Option(None, "--env", help="Environment spec, e.g. finqa-lite:1 or finqa-lite:1,2."),
+    policy: str = typer.Option("smollm2-135m", "--policy", help="smollm2-135m | tiny | hf:PATH | openai:MODEL"),
+    samples: int = typer.Option(4, "--samples", min=1, help="Samples per task (pass@k for every k up to this)."),
+    tasks: int | None = typer.Option(None, "--tasks", min=1, help="Only the first M tasks of the split."),
+    split: str = typer.Option("held-out", "--split", help="train | held-out | ood"),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="SQLite store file (created if missing)."),
+    name: str = typer.Option("eval", "--name", help="Run name (e.g. baseline, final)."),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0 = greedy)."),
+    prompt_price: float | None = typer.Option(None, "--price-prompt", min=0.0, help="USD per million prompt tokens."),
+    completion_price: float | None = typer.Option(None, "--price-completion", min=0.0,
+                                                  help="USD per million completion tokens."),
+    compare: tuple[str, str] | None = typer.Option(None, "--compare", help="Compare two eval runs: RUN_A RUN_B "
+                                                   "(ids or names); prints B - A with a paired test."),
+    as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
+) -> None:
+    """Evaluate a policy: pass@k, pass^k, reward CI, tool use, cost per success, failure categories."""
+    if compare is not None and all(compare):
+        with user_errors():
+            _compare(db, compare[0], compare[1], as_json)
+        return
+    if env is None:
+        raise fail("pass --env ENV (or --compare RUN_A RUN_B)", 2)
+    if (prompt_price is None) != (completion_price is None):
+        raise fail("pass both --price-prompt and --price-completion, or neither", 2)
+    with user_errors():
+        from agentrft.envs.registry import make_env
+        from agentrft.eval.harness import Prices, evaluate
+        from agentrft.samplers.base import SamplingParams
+        from agentrft.samplers.policies import load_policy
+
+        environment = make_env(env)
+        sampler = load_policy(policy)
+        params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
+        prices = None if prompt_price is None else Prices(prompt_per_mtok=prompt_price,
+                                                          completion_per_mtok=completion_price or 0.0)
+        store = open_store(db, create=True)
+        try:
+            res = evaluate(environment, sampler, split=split, samples=samples, tasks=tasks, store=store,
+                           run_name=name, params=params, prices=prices, env_spec=env, progress=not as_json)
+        finally:
+            store.close()
+    if as_json:
+        typer.echo(res.model_dump_json(indent=2))
+    else:
+        _print_result(res)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
