@@ -15,8 +15,12 @@ app = typer.Typer(
 # ---- command registration: one line per module (keep this block sorted by name) ----
 # (each module defines `register(app: typer.Typer) -> None`)
 _COMMAND_MODULES: list[str] = [
+    "check",
+    "eval",
+    "export",
     "finqa",
     "grade",
+    "report",
     "serve",
     "traj",
 ]
