@@ -107,6 +107,16 @@ def test_greater_gives_yes_or_no() -> None:
     assert execute_program("subtract(10, 4), greater(#0, 5)") == "yes"
 
 
+def test_unused_oddities_mid_program_do_not_invalidate_as_in_the_official_script() -> None:
+    # a complex intermediate (negative base to a fractional power) that the answer never uses
+    assert execute_program("exp(const_m1, 0.5), greater(3, 2)") == "yes"
+    # "yes" + "no" concatenates there; unused, it does no harm
+    assert execute_program("greater(1, 2), greater(3, 2), add(#0, #1), add(4, 5)") == 9.0
+    # a complex value can flow through arithmetic and only fails at the end
+    with pytest.raises(ProgramError, match="complex"):
+        execute_program("exp(const_m1, 0.5), multiply(#0, 2)")
+
+
 def test_eof_is_optional() -> None:
     assert execute_tokens(["add(", "1", "2", ")"]) == 3.0
 
@@ -130,7 +140,9 @@ def test_eof_is_optional() -> None:
         (["divide(", "1", "0", ")", "EOF"], "division by zero"),
         (["divide(", "1", "const_0", ")", "EOF"], "division by zero"),
         (["exp(", "10", "1000", ")", "EOF"], "overflows"),
-        (["exp(", "-8", "0.5", ")", "EOF"], "negative number"),
+        (["exp(", "-8", "0.5", ")", "EOF"], "complex"),
+        (["exp(", "-8", "0.5", ")", "greater(", "#0", "1", ")", "EOF"], "complex"),
+        (["greater(", "1", "2", ")", "greater(", "3", "2", ")", "add(", "#0", "#1", ")", "EOF"], "neither"),
         (["greater(", "1", "2", ")", "add(", "#0", "1", ")", "EOF"], "yes/no"),
     ],
 )

@@ -19,8 +19,6 @@ Deliberate departures, all in corners the official script handles by accident:
   silently ignores it.
 * A table op whose argument is a ``#n`` reference is invalid here; the official script reuses the
   row of an earlier table step (a leftover variable).
-* Arithmetic on a ``yes``/``no`` result is invalid here; the official script can concatenate the
-  strings (``add``) and only fails later, when rounding.
 """
 
 from __future__ import annotations
@@ -34,7 +32,10 @@ ALL_OPS: tuple[str, ...] = BINARY_OPS + TABLE_OPS
 EOF = "EOF"
 ANSWER_DECIMALS = 5
 
-Value = float | str  # a step result: a number, or "yes"/"no" from `greater`
+# A step result: a number, or "yes"/"no" from `greater`. Complex numbers (a negative base to a
+# fractional power) and other strings can exist mid-program, as in the official script, but make
+# the program invalid if they reach the answer.
+Value = float | complex | str
 Table = Sequence[Sequence[str]]
 
 
@@ -205,29 +206,29 @@ def _operand(arg: str, results: list[Value], step: int) -> Value:
 
 def _binary(op: str, a: Value, b: Value, step: int) -> Value:
     if op == "greater":
+        if isinstance(a, complex) or isinstance(b, complex):
+            raise ProgramError(f"step {step}: greater of a complex number (negative base to a fractional power)")
         if isinstance(a, str) != isinstance(b, str):
             raise ProgramError(f"step {step}: greater compares a yes/no result with a number")
         return "yes" if a > b else "no"  # type: ignore[operator]  # both str or both float
     if isinstance(a, str) or isinstance(b, str):
+        if op == "add" and isinstance(a, str) and isinstance(b, str):
+            return a + b  # the official script concatenates; only an unused or compared result survives
         raise ProgramError(f"step {step}: {op} of a yes/no result")
     try:
         if op == "add":
-            result: float | complex = a + b
-        elif op == "subtract":
-            result = a - b
-        elif op == "multiply":
-            result = a * b
-        elif op == "divide":
-            result = a / b
-        else:  # exp
-            result = a**b
+            return a + b
+        if op == "subtract":
+            return a - b
+        if op == "multiply":
+            return a * b
+        if op == "divide":
+            return a / b
+        return a**b  # exp; a negative base to a fractional power gives a complex number
     except ZeroDivisionError:
         raise ProgramError(f"step {step}: division by zero in {op}") from None
     except OverflowError:
         raise ProgramError(f"step {step}: {op} overflows") from None
-    if isinstance(result, complex):
-        raise ProgramError(f"step {step}: exp of a negative number to a fractional power")
-    return result
 
 
 def _table(op: str, arg: str, table: Table | None, step: int) -> float:
@@ -249,7 +250,7 @@ def _table(op: str, arg: str, table: Table | None, step: int) -> float:
     return sum(numbers) / len(numbers)
 
 
-def run_steps(steps: Sequence[Step], table: Table | None) -> Value:
+def run_steps(steps: Sequence[Step], table: Table | None) -> float | str:
     """Execute parsed steps; the last result, rounded to 5 decimals unless it is yes/no."""
     if not steps:
         raise ProgramError("empty program: no steps")
@@ -262,17 +263,21 @@ def run_steps(steps: Sequence[Step], table: Table | None) -> Value:
             b = _operand(step.arg2, results, k)
             results.append(_binary(step.op, a, b, k))
     answer = results[-1]
+    if isinstance(answer, complex):
+        raise ProgramError("the answer is a complex number (a negative base to a fractional power)")
     if isinstance(answer, str):
+        if answer not in ("yes", "no"):
+            raise ProgramError(f"the answer {answer!r} is neither a number nor yes/no")
         return answer
     return round(answer, ANSWER_DECIMALS)
 
 
-def execute_tokens(tokens: Sequence[str], table: Table | None = None) -> Value:
+def execute_tokens(tokens: Sequence[str], table: Table | None = None) -> float | str:
     """Execute a token list (trailing ``EOF`` optional) against `table`; ProgramError when invalid."""
     return run_steps(parse_steps(tokens), table)
 
 
-def execute_program(program: str, table: Table | None = None) -> Value:
+def execute_program(program: str, table: Table | None = None) -> float | str:
     """Execute a program string such as ``"subtract(5829, 5735), divide(#0, 5735)"``."""
     return execute_tokens(program_to_tokens(program), table)
 
