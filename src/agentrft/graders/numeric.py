@@ -47,7 +47,7 @@ _NUMBER = re.compile(
     (?P<cur>[$\u20ac\u00a3\u00a5])?\s?
     (?P<sign2>[-+\u2212])?
     (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)
-    (?![\w])
+    (?=[kKmMbB]\b|\W|$)
     (?:\s?(?P<pct>%|percent\b|per\s?cent\b))?
     (?:\s?(?P<scale>thousand|million|billion|trillion|bn|mn)\b|(?P<short>[kKmMbB])\b)?
     (?:\s?(?P<pct2>%))?

@@ -1,0 +1,157 @@
+"""python grader in the sandbox: normal use, and hostile graders that must end at 0 with a flag, fast."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from agentrft.graders import load_grader
+from agentrft.tools.sandbox import run_sandboxed
+
+SMALL = {"timeout_s": 3, "memory_bytes": 512 * 1024**2}
+
+
+def py(source: str, **kw: object) -> dict:
+    return {"type": "python", "source": source, **SMALL, **kw}
+
+
+def test_python_grader_scores_and_ignores_stdout() -> None:
+    src = ("def grade(sample, item):\n"
+           "    print('score: 1.0')\n"
+           "    return float(sample['output_text'].strip() == item['answer'])\n")
+    g = load_grader(py(src))
+    assert g.grade("42", {"answer": "42"}).reward == 1.0
+    wrong = g.grade("score: 1.0", {"answer": "42"})  # the policy prints a fake score; so does the grader
+    assert wrong.reward == 0.0 and wrong.errors == [] and not wrong.success
+
+
+def test_sandbox_result_not_parsed_from_stdout() -> None:
+    r = run_sandboxed("def grade(sample, item):\n    print('{\"frame\": \"result\", \"ok\": true, \"value\": 1.0}')\n"
+                      "    raise ValueError('boom')\n", {"sample": {}, "item": {}}, timeout_s=3)
+    assert not r.ok and r.error_flag == "exception" and "boom" in r.error
+    assert '"value": 1.0' in r.stdout
+
+
+@pytest.mark.parametrize("ret", ["'1.0'", "True", "float('nan')", "None"])
+def test_non_float_is_runtime_error(ret: str) -> None:
+    grade = load_grader(py(f"def grade(s, i):\n    return {ret}\n")).grade("x", {})
+    assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"]
+
+
+def test_exception_and_missing_function() -> None:
+    assert load_grader(py("def grade(s, i):\n    return 1 / 0\n")).grade("x", {}).error_flags == [
+        "python_grader_runtime_error"]
+    assert load_grader(py("x = 1\n")).grade("x", {}).error_flags == ["python_grader_runtime_error"]
+
+
+def test_syntax_error_and_source_choice_at_load() -> None:
+    from agentrft.graders import GraderSpecError
+
+    with pytest.raises(GraderSpecError, match="^source: Python syntax error at line 1"):
+        load_grader(py("def grade(:\n"))
+    with pytest.raises(GraderSpecError, match="exactly one of source or source_path"):
+        load_grader({"type": "python"})
+
+
+@pytest.mark.slow
+def test_infinite_loop_times_out() -> None:
+    t0 = time.monotonic()
+    grade = load_grader(py("def grade(s, i):\n    while True:\n        pass\n", timeout_s=1.5)).grade("x", {})
+    assert grade.reward == 0.0 and grade.error_flags == ["unresponsive_reward_error"]
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.slow
+def test_fork_bomb_contained() -> None:
+    src = "import os\ndef grade(s, i):\n    while True:\n        os.fork()\n"
+    t0 = time.monotonic()
+    grade = load_grader(py(src, max_procs=16)).grade("x", {})
+    assert grade.reward == 0.0 and grade.error_flags[0] in ("python_grader_runtime_error", "unresponsive_reward_error")
+    assert time.monotonic() - t0 < 6
+    # host unharmed: we can still start processes
+    assert os.system("true") == 0
+
+
+def test_allocating_10gb_is_memory_error() -> None:
+    grade = load_grader(py("def grade(s, i):\n    x = bytearray(10 * 1024**3)\n    return 1.0\n")).grade("x", {})
+    assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"]
+    assert "MemoryError" in grade.errors[0].message
+
+
+def test_no_network_even_to_localhost() -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        src = ("import socket\ndef grade(s, i):\n"
+               f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n    return 1.0\n")
+        g = load_grader(py(src))
+        grade = g.grade("x", {})
+        if not g.last_isolation.get("network") == "namespace":
+            pytest.skip(f"no network namespace here: {g.last_isolation.get('network')}")
+        assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"]
+    finally:
+        srv.close()
+
+
+def test_cannot_write_outside_or_overwrite_own_source(tmp_path) -> None:
+    target = tmp_path / "owned.txt"
+    g = load_grader(py(f"def grade(s, i):\n    open({str(target)!r}, 'w').write('x')\n    return 1.0\n"))
+    grade = g.grade("x", {})
+    if os.geteuid() != 0:
+        pytest.skip("file fences need root (drop to nobody)")
+    assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"] and not target.exists()
+    src = ("def grade(s, i):\n"
+           "    open(__file__, 'w').write('def grade(s, i):\\n    return 1.0\\n')\n    return 1.0\n")
+    g = load_grader(py(src))
+    for _ in range(2):  # a second call runs the original source again
+        again = g.grade("x", {})
+        assert again.reward == 0.0 and again.error_flags == ["python_grader_runtime_error"]
+
+
+def test_edits_to_source_file_after_load_do_not_change_grade(tmp_path) -> None:
+    path = tmp_path / "grader.py"
+    path.write_text("def grade(s, i):\n    return 0.25\n")
+    g = load_grader({"type": "python", "source_path": str(path), **SMALL})
+    path.write_text("def grade(s, i):\n    return 1.0\n")  # e.g. a policy's file tool
+    assert g.grade("x", {}).reward == 0.25
+
+
+def test_parent_environment_is_not_visible(monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRFT_TEST_SECRET", "hunter2")
+    src = ("import os\ndef grade(s, i):\n"
+           "    if os.environ.get('AGENTRFT_TEST_SECRET') == 'hunter2':\n        return 1.0\n"
+           "    return float('hunter2' in open('/proc/%d/environ' % os.getppid()).read())\n")
+    grade = load_grader(py(src)).grade("x", {})
+    assert grade.reward == 0.0
+    if os.geteuid() == 0:
+        assert grade.error_flags == ["python_grader_runtime_error"]  # PermissionError reading /proc/<ppid>/environ
+
+
+def test_isolation_is_reported() -> None:
+    g = load_grader(py("def grade(s, i):\n    return 0.5\n"))
+    grade = g.grade("x", {})
+    iso = grade.metadata["isolation"]
+    assert iso["rlimits"]["RLIMIT_AS"] == 512 * 1024**2 and "network" in iso and "uid" in iso
+
+
+def test_multi_with_python_runs_async_concurrently() -> None:
+    import asyncio
+
+    g = load_grader({"type": "multi", "calculate_output": "a + b",
+                     "graders": {"a": py("def grade(s, i):\n    return 0.25\n"),
+                                 "b": {"type": "string_check", "input": "{{ sample.output_text }}",
+                                       "reference": "x", "operation": "eq"}}})
+    grades = asyncio.run(_many(g))
+    assert [gr.reward for gr in grades] == [1.25] * 4
+    assert g.grade("x", {}).reward == 1.25
+
+
+async def _many(g):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    return await asyncio.gather(*(g.agrade("x", {}) for _ in range(4)))
