@@ -104,3 +104,26 @@ def asyncio_run(coro):
     import asyncio
 
     return asyncio.run(coro)
+
+
+def test_cli_rollout_json(tmp_path) -> None:
+    _real()
+    pytest.importorskip("agentrft.graders")
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentrft.cli.main import app
+    from agentrft.store import Store
+
+    db = tmp_path / "r.db"
+    r = CliRunner().invoke(app, ["rollout", "--policy", "tiny", "--tasks", "2", "--samples", "2", "--max-tokens", "8",
+                                 "--db", str(db), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["episodes"] == 4 and summary["generated_tokens"] > 0 and summary["store_errors"] == []
+    with Store(db) as store:
+        trajs = store.query_trajectories(run_id=summary["run_id"])
+        assert len(trajs) == 4 and all(t.grade is not None for t in trajs)
+    bad = CliRunner().invoke(app, ["rollout", "--env", "nope", "--policy", "tiny"])
+    assert bad.exit_code == 1 and "unknown environment" in bad.output

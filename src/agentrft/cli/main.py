@@ -21,6 +21,7 @@ _COMMAND_MODULES: list[str] = [
     "finqa",
     "grade",
     "report",
+    "rollout",
     "serve",
     "traj",
 ]
