@@ -6,6 +6,7 @@ is the number of predictions, the gold program is tokenised with
 :func:`~agentrft.finqa.program.program_to_tokens`, and the last predicted token is dropped as the
 ``EOF`` (whatever it is). Unlike the official script, a prediction whose id is not in the gold
 file, a duplicate gold id, or an empty predictions list is a clear error instead of a crash.
+The per-program departures (all in malformed corners) are listed in :mod:`agentrft.finqa.program`.
 """
 
 from __future__ import annotations

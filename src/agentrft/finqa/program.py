@@ -11,7 +11,13 @@ Follows `code/evaluate/evaluate.py` of the FinQA repository (Chen et al. 2021), 
   other cell loses ``$`` and everything from its first ``(``, and must then be a number.
 * The answer is the last step's result rounded to 5 decimals (``greater`` gives ``"yes"``/``"no"``,
   not rounded). Anything the official script would turn into its ``invalid_flag`` (including any
-  exception: division by zero, overflow, a complex power) raises :class:`ProgramError` here.
+  exception: division by zero, overflow, a complex answer) raises :class:`ProgramError` here.
+  Oddities that the answer never uses (a complex intermediate, ``add`` of two yes/no results,
+  which concatenates) do not invalidate the program there, and do not here.
+
+Checked against a scratch copy of the official functions by differential fuzzing (random
+programs and mutated predictions over a small table): identical validity, answers and program
+equivalence outside the departures below.
 
 Deliberate departures, all in corners the official script handles by accident:
 
@@ -19,6 +25,7 @@ Deliberate departures, all in corners the official script handles by accident:
   silently ignores it.
 * A table op whose argument is a ``#n`` reference is invalid here; the official script reuses the
   row of an earlier table step (a leftover variable).
+* An empty program is invalid here; there it yields "n/a", which never matches a gold answer.
 """
 
 from __future__ import annotations
