@@ -245,3 +245,34 @@ def test_native_format_requires_template_tool_support() -> None:
 def test_trajectory_json_round_trip() -> None:
     traj = play(FakeSampler(["<calculate>1 + 1</calculate>", "2"]))
     assert Trajectory.from_json(traj.to_json()) == traj
+
+
+class FakeChat:
+    """ChatSampler: first a native tool call, then an xml call in text, then the answer; no token ids."""
+
+    policy, policy_version = "chat-endpoint", 0
+
+    def __init__(self) -> None:
+        from agentrft.samplers.base import ChatResult
+
+        call = {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "2+2"}'}}
+        self.replies = [ChatResult({"role": "assistant", "content": None, "tool_calls": [call]}, "stop", 10, 5),
+                        ChatResult({"role": "assistant", "content": "<calculate>4 * 2</calculate>"}, "stop", 20, 6),
+                        ChatResult({"role": "assistant", "content": "8"}, "stop", 30, 1)]
+        self.seen: list[list[dict]] = []
+
+    async def chat(self, messages, tools, params):
+        self.seen.append(messages)
+        assert tools and params.max_tokens == 200
+        return self.replies.pop(0)
+
+
+def test_chat_sampler_episode_has_no_tokens() -> None:
+    chat = FakeChat()
+    traj = asyncio.run(run_episode(FakeEnv(), chat, task(), params=PARAMS))
+    assert traj.tokens is None and traj.status == "completed" and traj.final_answer == "8"
+    assert [e.result for e in traj.tool_calls] == ["4", "8"]
+    assert [m.role for m in traj.messages[2:]] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    # the endpoint saw the OpenAI form, tool results paired with their call ids
+    assert chat.seen[1][-1] == {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "calculate"}
+    assert traj.messages[4].tool_calls[0].function.name == "calculate"
