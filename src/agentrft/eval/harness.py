@@ -134,6 +134,12 @@ def _episode_tokens(t: Trajectory) -> tuple[int, int]:
     return 0, 0
 
 
+def _model_turns(t: Trajectory) -> int:
+    """Sampled assistant turns: model calls, not assistant messages (few-shot examples are messages too)."""
+    calls = sum(1 for e in t.events if isinstance(e, ModelCallEvent))
+    return calls if calls else t.num_turns
+
+
 def _episode_seconds(t: Trajectory) -> float:
     if t.finished_at is not None:
         return max(0.0, t.finished_at - t.created_at)
@@ -186,7 +192,7 @@ def _usage(trajs: Sequence[Trajectory]) -> UsageStats:
         latency_s_mean=sum(secs) / n,
         latency_s_p50=statistics.median(secs),
         latency_s_p90=q[8],
-        turns_per_episode=sum(t.num_turns for t in trajs) / n,
+        turns_per_episode=sum(_model_turns(t) for t in trajs) / n,
     )
 
 
