@@ -26,6 +26,7 @@ def test_pragmas_wal_and_schema(store: Store) -> None:
     assert {"runs", "trajectories", "metrics"} <= tables
     assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 60_000
+    assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 10_000
     conn.close()
 
 
