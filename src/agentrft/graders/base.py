@@ -211,14 +211,61 @@ class Grader(ABC):
         errors = s.errors or []
         sub = s.sub if s.sub is not None else {self.name: None if errors else s.value}
         success = not errors and s.value >= self.threshold() - 1e-12
-        # model_construct: the fields are built here, correctly typed; validation is the hot path's main cost.
-        return Grade.model_construct(
-            reward=s.value, sub_rewards=sub, turn_rewards=s.turn_rewards, success=success, errors=errors,
-            cost=Cost(), grader=self.name, metadata=s.metadata or {},
-        )
+        return _make_grade({
+            "reward": s.value, "sub_rewards": sub, "turn_rewards": s.turn_rewards, "success": success,
+            "errors": errors, "cost": _make_cost(), "grader": self.name, "metadata": s.metadata or {},
+        })
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _fast_builder(cls: type[Any]) -> Any:
+    """A constructor for pydantic models whose fields we build ourselves, correctly typed.
+
+    Validation (and even `model_construct`, which walks every field) is the main
+    cost of a string_check grade; this sets the instance state directly. It is
+    checked once against `model_validate` at import and falls back to
+    `model_construct` if pydantic's internals ever differ.
+    """
+    def fast(d: dict[str, Any]) -> Any:
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, "__dict__", d)
+        object.__setattr__(obj, "__pydantic_fields_set__", set(d))
+        object.__setattr__(obj, "__pydantic_extra__", None)
+        object.__setattr__(obj, "__pydantic_private__", None)
+        return obj
+
+    def slow(d: dict[str, Any]) -> Any:
+        return cls.model_construct(**d)
+
+    return fast, slow
+
+
+def _select_builders() -> tuple[Any, Any]:
+    gf, gs = _fast_builder(Grade)
+    cf, cs = _fast_builder(Cost)
+    try:
+        probe = {"reward": 0.5, "sub_rewards": {"a": 0.5}, "turn_rewards": None, "success": False, "errors": [],
+                 "cost": cf({"prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "seconds": 0.0,
+                             "usd": None}), "grader": "a", "metadata": {}}
+        fast = gf(dict(probe))
+        if fast == Grade.model_validate(probe) and fast.model_dump() == Grade.model_validate(probe).model_dump():
+            return gf, cf
+    except Exception:  # pragma: no cover - only if pydantic internals change
+        pass
+    return gs, cs  # pragma: no cover
+
+
+_make_grade_raw, _make_cost_raw = _select_builders()
+
+
+def _make_grade(d: dict[str, Any]) -> Grade:
+    return _make_grade_raw(d)
+
+
+def _make_cost() -> Cost:
+    return _make_cost_raw({"prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "seconds": 0.0, "usd": None})
 
 
 def run_sync(coro: Any) -> Any:

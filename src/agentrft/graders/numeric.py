@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentrft.graders.base import Grader, GraderFailure, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
@@ -59,24 +58,25 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _YESNO = re.compile(r"\b(yes|no)\b", re.I)
 
 
-@dataclass(frozen=True, slots=True)
-class Number:
+class Number(NamedTuple):
     value: float
     percent: bool = False
     scale: float = 1.0
 
 
 def _to_number(m: re.Match[str]) -> Number:
-    value = float(m.group("num").replace(",", ""))
-    neg = (m.group("sign") or m.group("sign2") or "") in ("-", "\u2212")
-    if m.group("open") and m.group("close"):
+    opening, sign, sign2, num, pct, scale_word, short, pct2, close = m.group(
+        "open", "sign", "sign2", "num", "pct", "scale", "short", "pct2", "close")
+    value = float(num.replace(",", "")) if "," in num else float(num)
+    neg = (sign or sign2 or "") in ("-", "\u2212")
+    if opening and close:
         neg = not neg  # accounting negative: (123) = -123
     scale = 1.0
-    if m.group("scale"):
-        scale = _SCALES[m.group("scale").lower()]
-    elif m.group("short"):
-        scale = _SCALES[m.group("short").lower()]
-    return Number(-value if neg else value, bool(m.group("pct") or m.group("pct2")), scale)
+    if scale_word:
+        scale = _SCALES[scale_word.lower()]
+    elif short:
+        scale = _SCALES[short.lower()]
+    return Number(-value if neg else value, bool(pct or pct2), scale)
 
 
 def find_numbers(text: str) -> list[Number]:
@@ -85,7 +85,7 @@ def find_numbers(text: str) -> list[Number]:
 
 def extract_answer(text: str) -> Number | None:
     """The answer number in free text, by the rule in the module docstring (None when there is none)."""
-    boxed = _BOXED.findall(text)
+    boxed = _BOXED.findall(text) if "\\boxed" in text else None
     if boxed:
         nums = find_numbers(boxed[-1])
         if nums:
@@ -115,6 +115,8 @@ def reference_candidates(ref: Any) -> tuple[float, ...] | str:
     """Candidate values of a reference, or "yes"/"no". Raises GraderFailure when it is not a number."""
     if isinstance(ref, bool):
         return "yes" if ref else "no"
+    if type(ref) is float or type(ref) is int:  # hot path
+        return (float(ref),)
     if isinstance(ref, (int, float)):
         return (float(ref),)
     text = str(ref).strip()
@@ -136,7 +138,12 @@ def answer_candidates(n: Number) -> tuple[float, ...]:
 
 
 def numbers_match(answer: Number, ref: tuple[float, ...], rel_tol: float, abs_tol: float) -> bool:
-    return any(math.isclose(a, r, rel_tol=rel_tol, abs_tol=abs_tol) for a in answer_candidates(answer) for r in ref)
+    isclose = math.isclose
+    for a in answer_candidates(answer):
+        for r in ref:
+            if isclose(a, r, rel_tol=rel_tol, abs_tol=abs_tol):
+                return True
+    return False
 
 
 class NumericSpec(SpecBase):
