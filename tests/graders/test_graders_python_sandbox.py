@@ -155,3 +155,29 @@ async def _many(g):  # type: ignore[no-untyped-def]
     import asyncio
 
     return await asyncio.gather(*(g.agrade("x", {}) for _ in range(4)))
+
+
+def test_stray_children_are_killed_with_the_call() -> None:
+    src = ("import os, time\ndef grade(s, i):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(60)\n"
+           "        os._exit(0)\n    return pid\n")
+    r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5)
+    assert r.ok and isinstance(r.value, int)
+    deadline = time.monotonic() + 3  # SIGKILL delivery and reaping by init are asynchronous
+    while time.monotonic() < deadline and _alive(r.value):
+        time.sleep(0.05)
+    assert not _alive(r.value)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_only_one_result_frame_counts() -> None:
+    # a forked child that falls through must not report a second (possibly different) result
+    src = "import os\ndef grade(s, i):\n    os.fork()\n    return 0.5\n"
+    r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5)
+    assert r.ok and r.value == 0.5
