@@ -82,6 +82,10 @@ class AlgorithmConfig(_Cfg):
     kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
     is_cap: float | None = Field(default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off")
     updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
+    logprob_temperature: float = Field(
+        default=1.0, gt=0.0,
+        description="temperature of the trained log-probs; 1 matches HFSampler, which reports temperature-1 log-probs",
+    )
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
 

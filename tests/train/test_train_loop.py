@@ -1,0 +1,94 @@
+"""The loop end to end on a fake env + tiny model: it learns, it logs, and resume equals no interruption."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrft.train import train
+from agentrft.train.checkpoint import list_checkpoints
+from agentrft.train.metrics import is_timing_key, read_metrics
+
+import fakes_train as F
+
+HERE = Path(__file__).parent
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
+
+
+def _run(run_dir, resume=False, stop_after=None, **over):
+    return train(F.config(**over), run_dir, resume=resume, components=F.components(run_dir), stop_after=stop_after)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ref")
+    res = _run(d)
+    return d, res
+
+
+def test_loop_logs_every_stage(reference):
+    d, res = reference
+    rows = read_metrics(d)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and res.steps == 4
+    r = rows[-1]
+    for key in ("train_reward_mean", "train_reward/low", "train_success_rate", "adv_mean", "zero_signal_frac",
+                "clip_frac", "entropy", "loss", "grad_norm", "lr", "train_sampled_tokens_per_episode",
+                "train_tool_calls_per_episode", "time/sampling_s", "time/grading_s", "time/training_s",
+                "time/eval_s", "valid_reward_mean", "policy_version", "train_tokens_per_s"):
+        assert key in r, key
+    assert r["policy_version"] == 4.0
+    assert (d / "config.yaml").exists()
+    assert [p.name for p in list_checkpoints(d / "checkpoints")] == ["step-00000003", "step-00000004"]
+    from agentrft.store import Store
+
+    with Store(d / "store.sqlite") as s:
+        assert [m["step"] for m in s.get_metrics(res.run_id)] == [1, 2, 3, 4]
+        assert s.count_trajectories(run_id=res.run_id) == 4 * 2 * 3
+
+
+def test_ratio_is_one_on_policy(reference):
+    d, _ = reference
+    for r in read_metrics(d):
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-12) and r["clip_frac"] == 0.0
+
+
+def test_stop_and_resume_equals_uninterrupted(reference, tmp_path):
+    ref_dir, _ = reference
+    _run(tmp_path, stop_after=2)
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    with pytest.raises(FileExistsError):
+        _run(tmp_path)
+    _run(tmp_path, resume=True)
+    assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
+
+
+def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
+    ref_dir, _ = reference
+    proc = subprocess.Popen([sys.executable, str(HERE / "resume_worker_train.py"), str(tmp_path)],
+                            env={**os.environ, "PYTHONPATH": str(HERE)}, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (tmp_path / "checkpoints" / "step-00000002").exists():
+        assert proc.poll() is None, "worker ended before its second checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _run(tmp_path, resume=True)
+    assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
+
+
+def test_learns_on_the_fake_task(tmp_path):
+    res = _run(tmp_path, steps=12, **{"eval.every_steps": 0, "checkpoint.every_steps": 0})
+    first = sum(h["train_reward_mean"] for h in res.history[:3]) / 3
+    last = sum(h["train_reward_mean"] for h in res.history[-3:]) / 3
+    assert last > first + 0.1, (first, last)
