@@ -40,7 +40,8 @@ def make_run_dir(root: Path, *, metrics_jsonl: bool = False) -> Path:
         store.add_run(Run(id=run_id, name=name, kind="eval", created_at=1000.0 + i,
                           metadata={"result": res.model_dump(mode="json"), "task_data": {t.id: t.data for t in tasks}}))
     store.add_run(Run(id="run-train", name="grpo", kind="train", created_at=1000.5))
-    rows = [{"step": s, "train_reward_mean": 0.1 * s, "valid_reward_mean": 0.05 * s, "valid_pass@1": 0.1 * s}
+    rows = [{"step": s, "train_reward_mean": 0.1 * s, "valid_reward_mean": 0.05 * s, "valid_pass@1": 0.1 * s,
+             "train_success_rate": 0.02 * s, "train_grader_errors/other_error": 1.0}
             for s in range(6)]
     if metrics_jsonl:
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -70,7 +71,9 @@ def test_report_contains_data_and_escapes(tmp_path: Path) -> None:
 
 def test_report_reads_metrics_jsonl_and_names_missing_db(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, metrics_jsonl=True)
-    assert 'data-series="valid_pass@1"' in build_report(run_dir)
+    html = build_report(run_dir)
+    assert 'data-series="valid_pass@1"' in html and 'data-series="train_success_rate"' in html
+    assert 'data-series="train_grader_errors/other_error"' not in html
     with pytest.raises(FileNotFoundError, match="agentrft.db"):
         build_report(tmp_path / "nowhere")
     (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"loss": 1}\n')

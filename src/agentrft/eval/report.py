@@ -35,7 +35,8 @@ from agentrft.types import Run, Trajectory
 DB_NAME = "agentrft.db"
 METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
-_PASS_KEY = re.compile(r"^((train|valid|eval)_)?pass(@|\^|_at_|_hat_)\d+$")
+# success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them
+_PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_hat_)\d+)$")
 _MAX_CHARS = 20_000
 
 
@@ -250,7 +251,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         store.close()
 
     reward_chart = line_chart("Reward over training steps", _curves(steps, _REWARD_KEY))
-    pass_chart = line_chart("pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0))
+    pass_chart = line_chart("Success (pass@1) and pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0))
     body = (f'<section id="training"><h2>Training</h2><div class="charts">{reward_chart}{pass_chart}</div>'
             f'<p class="note">{len(steps)} logged steps.</p></section>'
             f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
