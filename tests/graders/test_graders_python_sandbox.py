@@ -181,3 +181,11 @@ def test_only_one_result_frame_counts() -> None:
     src = "import os\ndef grade(s, i):\n    os.fork()\n    return 0.5\n"
     r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5)
     assert r.ok and r.value == 0.5
+
+
+def test_source_path_relative_to_spec_file(tmp_path) -> None:
+    import json
+
+    (tmp_path / "g.py").write_text("def grade(s, i):\n    return 0.5\n")
+    (tmp_path / "spec.json").write_text(json.dumps({"type": "python", "source_path": "g.py", **SMALL}))
+    assert load_grader(tmp_path / "spec.json").grade("x", {}).reward == 0.5

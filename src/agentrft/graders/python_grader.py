@@ -4,7 +4,7 @@ Each call is a fresh fenced interpreter (no network, 2 min, 2 GB address
 space, 1 GB files by default — configurable) that receives
 `grade(sample_dict, item)`; `sample_dict` has output_text, output_json,
 output_tools, choices (and trajectory when grading one). The source is read
-once at load time (from `source`, or `source_path` relative to the spec), so
+once at load time (from `source`, or `source_path`, relative to the spec file's directory), so
 editing files later — by the grader itself or by a policy's tool — cannot
 change what runs. Only the returned value counts; stdout is kept for
 diagnostics and never parsed.
@@ -76,8 +76,11 @@ class PythonGrader(Grader):
             raise GraderSpecError(f"{pre}source", "give exactly one of source or source_path")
         source = spec.source
         if source is None:
+            path = Path(str(spec.source_path))
+            if not path.is_absolute() and options.base_dir is not None:
+                path = Path(options.base_dir) / path
             try:
-                source = Path(str(spec.source_path)).read_text(encoding="utf-8")
+                source = path.read_text(encoding="utf-8")
             except OSError as e:
                 raise GraderSpecError(f"{pre}source_path", f"cannot read: {e.strerror or e}") from None
         return cls(spec.name or "python", source, spec, where)

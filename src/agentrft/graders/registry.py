@@ -9,6 +9,7 @@ anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class LoadOptions:
     cache: bool = True
     transport: Any = None
     concurrency: int = 8
+    base_dir: str | Path | None = None  # relative file paths in specs (python source_path); set by load_grader
 
 
 def register_grader(type_name: str) -> Callable[[G], G]:
@@ -139,6 +141,8 @@ def load_grader(spec: dict[str, Any] | str | Path, options: LoadOptions | None =
         except OSError as e:
             raise GraderSpecError(origin, f"cannot read grader spec: {e.strerror or e}") from None
         spec = _parse_text(text, origin, yaml_ok=path.suffix.lower() in (".yaml", ".yml"))
+        if options.base_dir is None:
+            options = dataclasses.replace(options, base_dir=path.parent)
     elif isinstance(spec, str):
         spec = _parse_text(spec, "", yaml_ok=False)
     try:
