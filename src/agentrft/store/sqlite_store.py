@@ -126,10 +126,13 @@ class Store:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # SQLite may already have rolled back (e.g. disk full); never leave the
+            # thread's connection inside a transaction, or its next BEGIN fails.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _init_schema(self) -> None:
         with self._write() as conn:
