@@ -189,3 +189,11 @@ def test_source_path_relative_to_spec_file(tmp_path) -> None:
     (tmp_path / "g.py").write_text("def grade(s, i):\n    return 0.5\n")
     (tmp_path / "spec.json").write_text(json.dumps({"type": "python", "source_path": "g.py", **SMALL}))
     assert load_grader(tmp_path / "spec.json").grade("x", {}).reward == 0.5
+
+
+def test_stdlib_imports_work_after_privilege_drop() -> None:
+    src = ("import statistics\nfrom fractions import Fraction\n"
+           "def grade(s, i):\n    import difflib\n"
+           "    return statistics.mean([0.25, 0.75]) + float(Fraction(1, 4)) + difflib.SequenceMatcher(None, 'a', 'a').ratio()\n")
+    grade = load_grader(py(src)).grade("x", {})
+    assert grade.errors == [] and grade.reward == pytest.approx(1.75)

@@ -17,7 +17,9 @@ Fences (what `SandboxResult.isolation` reports, so weaker isolation is never sil
   enforced (it is not for root). Without root the uid stays the same and
   RLIMIT_NPROC counts the user's existing processes too.
   Caveat: after the drop only files readable by `nobody` can be imported, so the
-  harness preloads the common stdlib modules (`_PRELOAD`) while still root.
+  harness imports, while still root, a small core (`_PRELOAD`) plus every module
+  the code imports at top level or in functions (found with `ast`); a module
+  imported only dynamically (`__import__(name)`) may then fail to load.
 - rlimits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC.
 - files: cwd, HOME and TMPDIR are a fresh work directory; code is a fresh
   read-only copy per call, so edits from an earlier call cannot leak forward.
@@ -29,6 +31,7 @@ between the policy's output (data) and the grade.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -46,12 +49,23 @@ _MAX_CAPTURE = 64 * 1024  # bytes of stdout/stderr kept for diagnostics
 _MAX_RESULT = 4 * 1024 * 1024
 
 # Stdlib modules imported while still privileged (see module docstring, caveat).
-_PRELOAD = (
-    "__future__ json math re string collections itertools functools operator statistics fractions "
-    "decimal datetime typing dataclasses difflib unicodedata random hashlib ast textwrap enum copy "
-    "heapq bisect numbers struct base64 io traceback warnings contextlib abc types weakref socket select "
-    "selectors csv glob fnmatch pathlib tempfile shutil uuid encodings.idna encodings.ascii encodings.latin_1"
-)
+_PRELOAD = "__future__ json math re traceback encodings.idna encodings.ascii encodings.latin_1"
+
+
+def imported_modules(source: str) -> list[str]:
+    """Absolute module names the source imports anywhere (and `pkg.name` for `from pkg import name`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names.extend(f"{node.module}.{a.name}" for a in node.names if a.name != "*")
+    return sorted(set(names))
 
 _HARNESS = r'''
 import ctypes, json, os, resource, sys
@@ -73,7 +87,7 @@ def main():
     else:
         iso["network"] = "allowed"
     payload = json.load(sys.stdin)
-    for name in _PRELOAD.split():
+    for name in _PRELOAD.split() + cfg["preload"]:
         try:
             __import__(name)
         except Exception:
@@ -219,7 +233,7 @@ def _run(root: Path, source: str, payload: dict[str, Any], entrypoint: str, time
     os.chmod(io_dir, 0o700)
     (io_dir / "stdin.json").write_text(json.dumps(payload))
     cfg = {"network_off": not network, "cpu_s": cpu_s, "memory_bytes": memory_bytes,
-           "file_size_bytes": file_size_bytes, "max_procs": max_procs}
+           "file_size_bytes": file_size_bytes, "max_procs": max_procs, "preload": imported_modules(source)}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work_dir), "TMPDIR": str(work_dir)}
     r_fd, w_fd = os.pipe()
     argv = [sys.executable, "-I", "-B", str(code_dir / "harness.py"), str(w_fd), str(code_path),
