@@ -197,3 +197,16 @@ def test_stdlib_imports_work_after_privilege_drop() -> None:
            "    return statistics.mean([0.25, 0.75]) + float(Fraction(1, 4)) + difflib.SequenceMatcher(None, 'a', 'a').ratio()\n")
     grade = load_grader(py(src)).grade("x", {})
     assert grade.errors == [] and grade.reward == pytest.approx(1.75)
+
+
+def test_readonly_paths_are_readable_not_writable(tmp_path) -> None:
+    data = tmp_path / "answers.json"
+    data.write_text('{"q1": 0.5}')
+    src = ("import json, os\ndef grade(s, i):\n"
+           "    here = os.path.dirname(__file__)\n"
+           "    value = json.load(open(os.path.join(here, 'answers.json')))['q1']\n"
+           "    try:\n        open(os.path.join(here, 'answers.json'), 'w').write('{}')\n        return 1.0\n"
+           "    except PermissionError:\n        return value\n")
+    r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5, readonly_paths=[data])
+    assert r.ok and r.value == (0.5 if os.geteuid() == 0 else r.value)
+    assert data.read_text() == '{"q1": 0.5}'
