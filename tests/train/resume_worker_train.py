@@ -4,8 +4,10 @@ import sys
 from pathlib import Path
 
 import fakes_train as F
+import torch
 
 from agentrft.train import train
 
+torch.set_num_threads(1)  # as in the test process (conftest): same numerics, no contention
 run_dir = Path(sys.argv[1])
 train(F.config(), run_dir, components=F.components(run_dir))

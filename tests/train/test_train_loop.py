@@ -80,11 +80,25 @@ def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
         assert time.time() < deadline
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
     _run(tmp_path, resume=True)
     assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
+
+
+def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):
+    over = {"policy.finetune": "lora", "policy.lora_r": 4, "policy.lora_target_modules": "[q_proj,v_proj]",
+            "steps": 3, "eval.every_steps": 0}
+    ref = _run(tmp_path / "a", **over)
+    import torch
+
+    saved = torch.load(tmp_path / "a" / "checkpoints" / "step-00000003" / "trainable.pt")
+    assert saved and all("lora_" in name for name in saved)
+    _run(tmp_path / "b", stop_after=1, **over)
+    _run(tmp_path / "b", resume=True, **over)
+    assert _strip(read_metrics(tmp_path / "b")) == _strip(read_metrics(tmp_path / "a"))
+    assert ref.steps == 3
 
 
 def test_learns_on_the_fake_task(tmp_path):

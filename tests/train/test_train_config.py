@@ -1,0 +1,51 @@
+import pytest
+
+from agentrft.train.config import PRESETS, ConfigError, TrainConfig, build_config, load_config, parse_override
+
+
+def test_defaults_and_presets_validate():
+    assert TrainConfig().algorithm.eps_high == 0.28
+    for name in PRESETS:
+        cfg = load_config(name)
+        assert isinstance(cfg, TrainConfig)
+    assert load_config("demo-quick").steps == 3
+
+
+def test_overrides_are_typed():
+    cfg = load_config("demo", ["optimizer.lr=1e-5", "algorithm.dynamic_sampling.enabled=true",
+                               "rollout.group_size=4", "policy.lora_target_modules=[q_proj,v_proj]",
+                               "algorithm.is_cap=null"])
+    assert cfg.optimizer.lr == 1e-5 and isinstance(cfg.optimizer.lr, float)
+    assert cfg.algorithm.dynamic_sampling.enabled is True
+    assert cfg.rollout.group_size == 4
+    assert cfg.policy.lora_target_modules == ["q_proj", "v_proj"]
+    assert parse_override("a.b=x=y") == ("a.b", "x=y")
+
+
+def test_errors_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"optimizer\.lrr: Extra inputs are not permitted"):
+        load_config("demo", ["optimizer.lrr=1"])
+    with pytest.raises(ConfigError, match=r"rollout\.group_size"):
+        load_config("demo", ["rollout.group_size=zero"])
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config("demo", ["optimizer.lr"])
+    with pytest.raises(ConfigError, match=r"algorithm\.aggregation"):
+        build_config({"algorithm": {"aggregation": "sum"}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optimizer: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_yaml_and_toml_files_and_save_roundtrip(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("steps: 7\nalgorithm:\n  advantage: rloo\n")
+    t = tmp_path / "c.toml"
+    t.write_text("steps = 7\n[algorithm]\nadvantage = \"rloo\"\n")
+    a, b = load_config(y), load_config(t, ["steps=8"])
+    assert a.algorithm.advantage == b.algorithm.advantage == "rloo"
+    assert (a.steps, b.steps) == (7, 8)
+    a.save(tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml") == a
