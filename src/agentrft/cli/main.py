@@ -23,6 +23,7 @@ _COMMAND_MODULES: list[str] = [
     "report",
     "rollout",
     "serve",
+    "train",
     "traj",
 ]
 
