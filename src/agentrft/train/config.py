@@ -103,7 +103,7 @@ class OptimizerConfig(_Cfg):
 
 class EvalConfig(_Cfg):
     every_steps: int = Field(default=0, ge=0, description="0 = no periodic eval")
-    split: str = "test"
+    split: str = Field(default="held-out", description="held-out task split (finqa-lite: held-out or ood)")
     num_tasks: int = Field(default=16, ge=1)
     samples_per_task: int = Field(default=1, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)

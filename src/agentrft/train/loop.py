@@ -133,6 +133,8 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                            resume_from_step=state.step if last is not None else None)
     precision = autocast_dtype(cfg.policy.precision)
     tasks = comps.env.tasks(cfg.rollout.split)
+    if cfg.eval.every_steps:
+        comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
     r = cfg.rollout
     runner = Runner(comps.env, sampler, store=comps.store, tool_format=r.tool_format, progress=False,
                     params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens))

@@ -137,5 +137,7 @@ def policy_update(
         mb.old_logprobs = None
     out = {k: v for k, v in sums.items()}
     out.update(loss=loss_total / algo.updates_per_batch, grad_norm=grad_norm, lr=scheduler.get_last_lr()[0],
-               train_tokens=float(global_tokens), train_sequences=float(global_seqs))
+               train_tokens=float(global_tokens), train_sequences=float(global_seqs),
+               train_forward_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
+               train_padded_tokens=float(sum(mb.input_ids.numel() for mb in batches)))
     return out
