@@ -100,7 +100,7 @@ class FakeGrader:
         assert traj.tokens is not None
         sampled = [i for i, m in zip(traj.tokens.ids, traj.tokens.loss_mask, strict=True) if m]
         r = sum(1 for i in sampled if i < VOCAB // 2) / max(len(sampled), 1)
-        return Grade(reward=r, sub_rewards={"low": r}, success=r > 0.5, grader=self.name)
+        return Grade(reward=r, sub_rewards={"low": r}, turn_rewards=[r], success=r > 0.5, grader=self.name)
 
 
 def components(run_dir: Any) -> Any:

@@ -101,6 +101,20 @@ def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):
     assert ref.steps == 3
 
 
+def test_every_algorithm_option_runs_and_reports(tmp_path):
+    res = _run(tmp_path, **{"algorithm.dynamic_sampling.enabled": "true", "algorithm.dynamic_sampling.max_rounds": 3,
+                            "algorithm.overlong.enabled": "true", "algorithm.overlong.max_len": 5,
+                            "algorithm.overlong.cache_len": 2, "algorithm.turn_level": "true",
+                            "algorithm.advantage": "rloo", "algorithm.aggregation": "seq_mean_token_mean",
+                            "algorithm.kl_coef": 0.05, "algorithm.updates_per_batch": 2, "algorithm.is_cap": 2.0,
+                            "steps": 2, "eval.every_steps": 0})
+    m = res.history[-1]
+    for key in ("kl", "is_weight_mean", "overlong_frac", "sampling_rounds", "turn_adv_mean", "groups_trained"):
+        assert key in m, key
+    assert m["overlong_frac"] == 1.0  # every episode samples 6 > max_len 5 tokens
+    assert m["kl"] > 0.0  # second update of the batch has moved away from the reference
+
+
 def test_learns_on_the_fake_task(tmp_path):
     res = _run(tmp_path, steps=12, **{"eval.every_steps": 0, "checkpoint.every_steps": 0})
     first = sum(h["train_reward_mean"] for h in res.history[:3]) / 3
