@@ -10,7 +10,7 @@ import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.hf_decode import _top_p_filter
+from agentrft.samplers.hf_decode import _prefill_chunks, _top_p_filter
 from agentrft.samplers.policies import PolicyError, load_policy, tiny_model_and_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -160,6 +160,12 @@ def test_top_p_filter_hand_computed() -> None:
     # row 0: 0.5 then 0.3 (mass before 0.5 < 0.6) kept, 0.2 (mass before 0.8) dropped
     assert keep == [[False, True, True], [False, True, False], [True, True, True]]
     assert math.isclose(float(out[0, 1]), math.log(0.5), rel_tol=1e-6)
+
+
+def test_prefill_chunks_bound_padding() -> None:
+    # longest first; 100+90+50 pads 60 of 300 (= 20%, allowed); adding 48 would pad 112 of 400
+    assert _prefill_chunks([10, 100, 90, 50, 48]) == [[1, 2, 3], [4], [0]]
+    assert _prefill_chunks([7, 7, 7, 7], max_tokens=14) == [[0, 1], [2, 3]]
 
 
 def test_bad_requests_fail_clearly(sampler: HFSampler) -> None:

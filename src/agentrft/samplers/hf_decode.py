@@ -2,8 +2,9 @@
 
 One call decodes one batch of requests:
 
-1. **Prefill** each *distinct* prompt once, alone (no padding waste when prompt
-   lengths differ a lot, as they do across agent turns). Requests with an
+1. **Prefill** each *distinct* prompt once, in chunks of similar length (left
+   padded, at most 20% padding, so prompt lengths that differ a lot — as they
+   do across agent turns — waste little compute). Requests with an
    identical prompt — a GRPO group asking for G samples of one task — share
    that prefill: its KV cache is copied to each row. `logits_to_keep=1` skips
    the vocabulary projection for all but the last prompt position.
@@ -103,14 +104,49 @@ def _out_cache(out: Any) -> Any:
     return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
 
 
-def _prefill(model: Any, prompts: list[list[int]], device: torch.device) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
-    """Prefill each prompt alone; returns per-prompt per-layer (k, v) [1,H,P,D] and last logits [U, V]."""
-    caches, last = [], []
-    for ids in prompts:
-        out = model(input_ids=torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1)
-        pkv = _out_cache(out)
-        caches.append([(layer.keys, layer.values) for layer in pkv.layers])
-        last.append(out.logits[0, -1])
+def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: float = 0.2) -> list[list[int]]:
+    """Group prompt indices for batched prefill: longest first, a new chunk whenever
+    left padding would exceed `max_waste` of the chunk or its padded size `max_tokens`."""
+    order = sorted(range(len(lengths)), key=lambda u: -lengths[u])
+    chunks: list[list[int]] = []
+    for u in order:
+        if chunks:
+            c = chunks[-1]
+            longest = lengths[c[0]]
+            area = longest * (len(c) + 1)
+            real = sum(lengths[i] for i in c) + lengths[u]
+            if area <= max_tokens and area - real <= max_waste * area:
+                c.append(u)
+                continue
+        chunks.append([u])
+    return chunks
+
+
+def _prefill(model: Any, prompts: list[list[int]], device: torch.device, cache_kw: str) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
+    """Prefill the prompts in length-bucketed, left-padded chunks.
+
+    Returns per-prompt per-layer (k, v) of shape [1,H,P,D] (padding cut off) and
+    the last-position logits [U, V].
+    """
+    del cache_kw  # prefill starts without a cache
+    lengths = [len(p) for p in prompts]
+    caches: list[Any] = [None] * len(prompts)
+    last: list[Any] = [None] * len(prompts)
+    for chunk in _prefill_chunks(lengths):
+        p_max = lengths[chunk[0]]
+        ids = torch.zeros(len(chunk), p_max, dtype=torch.long, device=device)
+        mask = torch.zeros(len(chunk), p_max, dtype=torch.long, device=device)
+        for j, u in enumerate(chunk):
+            ids[j, p_max - lengths[u]:] = torch.tensor(prompts[u], device=device)
+            mask[j, p_max - lengths[u]:] = 1
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        kwargs = {} if len(chunk) == 1 else {"attention_mask": mask}  # alone: no padding, no mask
+        out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
+        layers = _out_cache(out).layers
+        for j, u in enumerate(chunk):
+            start = p_max - lengths[u]
+            caches[u] = [(layer.keys[j:j + 1, :, start:], layer.values[j:j + 1, :, start:]) for layer in layers]
+            last[u] = out.logits[j, -1]
     return caches, torch.stack(last)
 
 
@@ -152,7 +188,7 @@ def generate_batch(model: Any, requests: list[SampleRequest], rows: list[RowStat
     prompts = [list(p) for p in distinct]
     lengths = [len(p) for p in prompts]
     row_src = torch.tensor(src, device=device)
-    caches, last_logits = _prefill(model, prompts, device)
+    caches, last_logits = _prefill(model, prompts, device, cache_kw)
     cache, mask = _assemble(caches, lengths, row_src)
     del caches
     logits = last_logits.index_select(0, row_src)

@@ -1,0 +1,103 @@
+"""Throughput of HFSampler vs plain `model.generate` on the same batch; load times.
+
+    .venv/bin/python benchmarks/sampler_bench.py [--policy smollm2-135m] [--n 32] [--new 64] [--cold]
+
+Each of the N requests gets a distinct ~250-token prompt (so no prefix sharing
+helps), greedy decoding, at most `--new` tokens. Tokens/s counts generated
+tokens up to and including EOS. A second HFSampler figure uses one shared prompt
+for all N (a GRPO group) to show the prefill sharing. `--cold` also times the
+GGUF conversion into a fresh temporary cache. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+
+import torch
+
+from agentrft.samplers.base import SampleRequest, SamplingParams
+from agentrft.samplers.hf import HFSampler
+from agentrft.samplers.policies import load_model_and_tokenizer
+
+FILLER = ("The quarterly report lists revenue, operating costs, and net income for each segment. "
+          "Analysts compare the figures with the previous year and note the growth rate. ")
+
+
+def prompts(sampler: HFSampler, n: int, target: int = 250) -> list[list[int]]:
+    out = []
+    for i in range(n):
+        body = FILLER * 12
+        msgs = [{"role": "system", "content": "You answer questions about financial reports."},
+                {"role": "user", "content": f"Report {i}. {body}\nQuestion {i}: what was the growth rate?"}]
+        ids = sampler.render(msgs)
+        out.append(ids[-target:] if len(ids) > target else ids)
+    return out
+
+
+def count_generated(row: list[int], eos: int) -> int:
+    return row.index(eos) + 1 if eos in row else len(row)
+
+
+def bench_generate(model, tok, batch: list[list[int]], new: int) -> tuple[float, int]:  # noqa: ANN001
+    p_max = max(map(len, batch))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    ids = torch.tensor([[pad] * (p_max - len(p)) + p for p in batch])
+    mask = torch.tensor([[0] * (p_max - len(p)) + [1] * len(p) for p in batch])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=pad)
+    dt = time.perf_counter() - t0
+    gen = out[:, p_max:].tolist()
+    return dt, sum(count_generated(r, tok.eos_token_id) for r in gen)
+
+
+async def bench_sampler(s: HFSampler, batch: list[list[int]], new: int) -> tuple[float, int]:
+    params = SamplingParams(temperature=0.0, max_tokens=new)
+    t0 = time.perf_counter()
+    res = await asyncio.gather(*(s.sample(SampleRequest(p, params, group_key="g")) for p in batch))
+    return time.perf_counter() - t0, sum(r.completion_tokens for r in res)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--policy", default="smollm2-135m")
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--cold", action="store_true", help="also time the GGUF conversion into a fresh cache")
+    a = ap.parse_args()
+    print(f"torch threads: {torch.get_num_threads()}")
+    if a.cold:
+        old = os.environ.get("AGENTRFT_CACHE")
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["AGENTRFT_CACHE"] = tmp
+            t0 = time.perf_counter()
+            load_model_and_tokenizer(a.policy)
+            print(f"cold load (GGUF tokenizer + weights → safetensors): {time.perf_counter() - t0:.1f} s")
+            t0 = time.perf_counter()
+            load_model_and_tokenizer(a.policy)
+            print(f"cached load from that fresh cache: {time.perf_counter() - t0:.2f} s")
+        if old is None:
+            os.environ.pop("AGENTRFT_CACHE", None)
+        else:
+            os.environ["AGENTRFT_CACHE"] = old
+    t0 = time.perf_counter()
+    model, tok = load_model_and_tokenizer(a.policy)
+    print(f"load ({a.policy}, default cache): {time.perf_counter() - t0:.2f} s")
+    s = HFSampler(model, tok, a.policy, max_batch_size=a.n)
+    batch = prompts(s, a.n)
+    print(f"batch: {a.n} prompts of {min(map(len, batch))}-{max(map(len, batch))} tokens, ≤{a.new} new each")
+    asyncio.run(bench_sampler(s, batch[:2], 4))  # warm-up
+    dt, n = asyncio.run(bench_sampler(s, batch, a.new))
+    print(f"HFSampler, distinct prompts:  {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
+    dt, n = asyncio.run(bench_sampler(s, [batch[0]] * a.n, a.new))
+    print(f"HFSampler, one shared prompt: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
+    dt, n = bench_generate(model, tok, batch, a.new)
+    print(f"model.generate, padded batch: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
