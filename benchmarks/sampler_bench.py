@@ -32,7 +32,7 @@ def prompts(sampler: HFSampler, n: int, target: int = 250) -> list[list[int]]:
     for i in range(n):
         body = FILLER * 12
         msgs = [{"role": "system", "content": "You answer questions about financial reports."},
-                {"role": "user", "content": f"Report {i}. {body}\nQuestion {i}: what was the growth rate?"}]
+                {"role": "user", "content": f"Report {i}. {body}\nQuestion {i}: write a detailed summary of the report, segment by segment."}]
         ids = sampler.render(msgs)
         out.append(ids[-target:] if len(ids) > target else ids)
     return out
