@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--policy", default="smollm2-135m")
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=1, help="alternate the measurements this many times (noisy hosts)")
     ap.add_argument("--cold", action="store_true", help="also time the GGUF conversion into a fresh cache")
     a = ap.parse_args()
     print(f"torch threads: {torch.get_num_threads()}")
@@ -91,12 +92,13 @@ def main() -> None:
     batch = prompts(s, a.n)
     print(f"batch: {a.n} prompts of {min(map(len, batch))}-{max(map(len, batch))} tokens, ≤{a.new} new each")
     asyncio.run(bench_sampler(s, batch[:2], 4))  # warm-up
-    dt, n = asyncio.run(bench_sampler(s, batch, a.new))
-    print(f"HFSampler, distinct prompts:  {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
-    dt, n = asyncio.run(bench_sampler(s, [batch[0]] * a.n, a.new))
-    print(f"HFSampler, one shared prompt: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
-    dt, n = bench_generate(model, tok, batch, a.new)
-    print(f"model.generate, padded batch: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s")
+    for rep in range(a.reps):
+        dt, n = bench_generate(model, tok, batch, a.new)
+        print(f"[{rep}] model.generate, padded batch: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s", flush=True)
+        dt, n = asyncio.run(bench_sampler(s, batch, a.new))
+        print(f"[{rep}] HFSampler, distinct prompts:  {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s", flush=True)
+        dt, n = asyncio.run(bench_sampler(s, [batch[0]] * a.n, a.new))
+        print(f"[{rep}] HFSampler, one shared prompt: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -188,3 +188,13 @@ def test_training_mode_restored(sampler: HFSampler, prompt: list[int]) -> None:
         assert res.token_ids == ref.token_ids  # sampled in eval mode both times
     finally:
         sampler.model.eval()
+
+
+def test_hf_local_checkpoint_roundtrip(sampler: HFSampler, prompt: list[int], tmp_path) -> None:  # noqa: ANN001
+    sampler.model.save_pretrained(tmp_path)
+    sampler.tokenizer.save_pretrained(tmp_path)
+    again = load_policy(f"hf:{tmp_path}")
+    assert isinstance(again, HFSampler) and again.policy == f"hf:{tmp_path}"
+    a = run(sampler.sample(SampleRequest(prompt, GREEDY)))
+    b = run(again.sample(SampleRequest(again.render([{"role": "user", "content": "What is 2+2?"}]), GREEDY)))
+    assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
