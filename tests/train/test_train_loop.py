@@ -46,6 +46,7 @@ def test_loop_logs_every_stage(reference):
         assert key in r, key
     assert r["policy_version"] == 4.0
     assert (d / "config.yaml").exists()
+    assert (d / "policy" / "config.json").exists()  # full fine-tune: a Hugging Face model directory
     assert [p.name for p in list_checkpoints(d / "checkpoints")] == ["step-00000003", "step-00000004"]
     from agentrft.store import Store
 
@@ -95,6 +96,7 @@ def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):
 
     saved = torch.load(tmp_path / "a" / "checkpoints" / "step-00000003" / "trainable.pt")
     assert saved and all("lora_" in name for name in saved)
+    assert (tmp_path / "a" / "policy" / "adapter_config.json").exists()  # peft adapter export
     _run(tmp_path / "b", stop_after=1, **over)
     _run(tmp_path / "b", resume=True, **over)
     assert _strip(read_metrics(tmp_path / "b")) == _strip(read_metrics(tmp_path / "a"))

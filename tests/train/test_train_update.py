@@ -80,3 +80,21 @@ def test_lr_schedule():
     assert [round(f(s), 12) for s in range(7)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
     g = U.lr_lambda(OptimizerConfig(schedule="cosine"), total_steps=4)
     assert g(2) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.skipif(not U.bf16_supported(), reason="this CPU runs no bf16 matmul")
+def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely():
+    seqs = _seqs()
+    algo = AlgorithmConfig()
+    opt_cfg = OptimizerConfig(grad_clip=1e9)
+    grads = {}
+    for name, prec in (("fp32", None), ("bf16", torch.bfloat16)):
+        model = tiny_llama(dtype=torch.float32)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        before = [p.detach().clone() for p in model.parameters()]
+        U.policy_update(model, opt, sched, micro_batches(seqs, 64), algo, opt_cfg, precision=prec)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        grads[name] = torch.cat([(b - p.detach()).flatten() for p, b in zip(model.parameters(), before, strict=True)])
+    cos = torch.nn.functional.cosine_similarity(grads["fp32"], grads["bf16"], dim=0)
+    assert float(cos) > 0.99

@@ -124,9 +124,23 @@ def load_checkpoint(
     with torch.no_grad():
         for n, t in trainable.items():
             params[n].copy_(t)
+    # weights_only=False: the numpy RNG state is not a tensor. Load only checkpoints you wrote.
     blob = torch.load(path / "trainer.pt", weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
     raw = json.loads((path / "state.json").read_text())
     return TrainerState(**raw)
+
+
+def export_policy(model: Any, tokenizer: Any, path: Path) -> Path:
+    """The trained policy in Hugging Face form: a peft adapter directory (LoRA) or a full model directory.
+
+    A full model (with its tokenizer) loads back as policy ``hf:<path>``; a LoRA
+    adapter loads with ``peft.PeftModel.from_pretrained(base_model, path)``.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(path)
+    return path

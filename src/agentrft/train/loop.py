@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrft.train.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrft.train.checkpoint import (
+    TrainerState,
+    export_policy,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from agentrft.train.config import PolicyConfig, TrainConfig
 from agentrft.train.metrics import MetricsLogger, rollout_metrics
 from agentrft.train.stages import advantage_stage, grade_stage, pack_stage, rollout_stage
@@ -45,7 +51,7 @@ class TrainResult:
     run_id: str
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
-    checkpoint: Path | None = None
+    checkpoint: Path | None = None  # latest complete checkpoint; the final policy is in run_dir / "policy"
 
 
 def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
@@ -63,6 +69,9 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
 def prepare_model(model: torch.nn.Module, pc: PolicyConfig) -> torch.nn.Module:
     """Full fine-tuning: the model itself. LoRA: peft injects adapters into the same module tree
     (so the sampler, holding the base model, samples through them) and only they train."""
+    if pc.gradient_checkpointing:
+        # non-reentrant: gradients reach LoRA weights without requiring grads on the inputs
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if pc.finetune == "full":
         model.requires_grad_(True)
         return model
@@ -178,6 +187,8 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                 saved = save_checkpoint(ckpt_root, model, optimizer, scheduler, state, keep_last=cfg.checkpoint.keep_last)
             if stop_after is not None and step >= stop_after:
                 break
+        if state.step >= cfg.steps:
+            export_policy(model, getattr(sampler, "tokenizer", None), run_dir / "policy")
     finally:
         logger.close()
     return TrainResult(run_dir=run_dir, run_id=run_id, steps=state.step, history=history, checkpoint=saved)
