@@ -89,7 +89,7 @@ def test_concurrent_batch_equals_one_at_a_time(sampler: HFSampler, prompt: list[
     alone = [run(sampler.sample(r)) for r in reqs]
     before = dict(sampler.stats)
     together = run(_gather(sampler, reqs))
-    assert sampler.stats["batches"] - before["batches"] == 1  # really one batch of 8
+    assert sampler.stats["admissions"] - before["admissions"] == 1  # admitted together
     for a, b in zip(alone, together):
         assert a.token_ids == b.token_ids
         assert a.finish_reason == b.finish_reason == "length"
@@ -198,3 +198,70 @@ def test_hf_local_checkpoint_roundtrip(sampler: HFSampler, prompt: list[int], tm
     a = run(sampler.sample(SampleRequest(prompt, GREEDY)))
     b = run(again.sample(SampleRequest(again.render([{"role": "user", "content": "What is 2+2?"}]), GREEDY)))
     assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_continuous_batching_admits_and_returns_early(sampler: HFSampler, prompt: list[int]) -> None:
+    short = SampleRequest(prompt[:15], SamplingParams(temperature=0.0, max_tokens=3))
+    alone = run(sampler.sample(short))
+
+    async def scenario() -> None:
+        steps = sampler.stats["steps"]
+        long = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0,
+                                                                                        max_tokens=300))))
+        while sampler.stats["steps"] < steps + 2:  # the long request is decoding
+            await asyncio.sleep(0.001)
+        admissions = sampler.stats["admissions"]
+        got = await sampler.sample(short)
+        assert not long.done()  # joined the running batch and came back first
+        assert sampler.stats["admissions"] == admissions + 1
+        assert got.token_ids == alone.token_ids
+        assert max(abs(x - y) for x, y in zip(got.logprobs, alone.logprobs)) < 1e-4
+        assert len((await long).token_ids) == 300
+
+    run(scenario())
+
+
+def test_exclusive_holds_requests_back(sampler: HFSampler, prompt: list[int]) -> None:
+    async def scenario() -> None:
+        with sampler.exclusive() as model:
+            assert model is sampler.model
+            task = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, GREEDY)))
+            await asyncio.sleep(0.1)
+            assert not task.done()
+        assert len((await task).token_ids) == 12
+
+    run(scenario())
+
+
+def test_abandoned_request_is_dropped(sampler: HFSampler, prompt: list[int]) -> None:
+    async def scenario() -> None:
+        steps = sampler.stats["steps"]
+        task = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0,
+                                                                                        max_tokens=5000))))
+        while sampler.stats["steps"] < steps + 2:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        res = await asyncio.wait_for(sampler.sample(SampleRequest(prompt, GREEDY)), timeout=30)
+        assert len(res.token_ids) == 12
+        steps_after = sampler.stats["steps"]
+        await asyncio.sleep(0.1)
+        assert sampler.stats["steps"] == steps_after  # idle: the abandoned row stopped decoding
+
+    run(scenario())
+
+
+def test_failed_step_fails_its_requests_only(prompt: list[int]) -> None:
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    s = HFSampler(model, tok, "tiny")
+
+    def boom(module, args):  # noqa: ANN001, ANN202
+        raise RuntimeError("disk on fire")
+
+    hook = model.register_forward_pre_hook(boom)
+    with pytest.raises(RuntimeError, match="HF sampler failed: RuntimeError: disk on fire"):
+        run(s.sample(SampleRequest(prompt, GREEDY)))
+    hook.remove()
+    assert len(run(s.sample(SampleRequest(prompt, GREEDY))).token_ids) == 12
+    s.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        run(s.sample(SampleRequest(prompt, GREEDY)))

@@ -1,29 +1,54 @@
-"""In-process Hugging Face sampler: token-in-token-out, batched across episodes.
+"""In-process Hugging Face sampler: token-in-token-out, continuously batched across episodes.
 
 Many episodes run concurrently on one event loop and each awaits `sample()`.
-A background task gathers the pending requests (waiting `batch_wait_s` after
-the first one, or until `max_batch_size`) and decodes them as one batch in a
-single worker thread, so the event loop stays free for tool calls meanwhile.
-Requests that arrive during a batch form the next one.
+One engine thread owns the model: when idle it waits for a request, gathers
+whatever else arrives within `batch_wait_s` (up to `max_batch_size`), and
+decodes them together. While decoding it admits newly arrived requests between
+steps and hands each finished request back the moment it finishes, so a short
+reply never waits for a long one and the event loop stays free for tool calls.
 
 The sampler samples from the very `model` object the trainer updates (no weight
-copy). `model_lock` is held for the whole of each batch; the trainer holds it
-while it changes the weights, then bumps `policy_version`. See `hf_decode` for
-the decode algorithm and what the returned log-probs mean.
+copy). The engine holds `model_lock` (and keeps the model in eval mode) while
+any request is in flight. A trainer running concurrently wraps each weight
+update in `with sampler.exclusive():` — new requests are held back, in-flight
+ones finish, then the caller has the model alone — and sets `policy_version`.
+See `hf_decode` for the decode algorithm and what the returned log-probs mean.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import queue
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from agentrft.samplers.base import SampleRequest, SampleResult
 
-_Pending = tuple[SampleRequest, "asyncio.Future[SampleResult]", float]
+
+_LIVE: weakref.WeakSet[HFSampler] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # An engine thread still inside a torch op when the interpreter finalises aborts the process.
+    for sampler in list(_LIVE):
+        sampler.close()
+
+
+@dataclass
+class _Pending:
+    request: SampleRequest
+    future: asyncio.Future[SampleResult]
+    loop: asyncio.AbstractEventLoop
+    t0: float
 
 
 def template_supports_tools(tokenizer: Any) -> bool:
@@ -77,11 +102,14 @@ class HFSampler:
         self._vocab = int(model.get_input_embeddings().weight.shape[0])
         self.template_supports_tools = template_supports_tools(tokenizer)
         self._rng = random.Random()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrft-hf")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[_Pending] | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self.stats = {"batches": 0, "requests": 0, "prefills": 0, "tokens": 0}
+        self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._hold = threading.Event()  # set by exclusive(): admit nothing new
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        # admissions: prefill rounds; prefills: distinct prompts prefilled; steps: decode steps
+        _LIVE.add(self)
+        self.stats = {"admissions": 0, "requests": 0, "prefills": 0, "tokens": 0, "steps": 0}
 
     # --- TokenSampler -------------------------------------------------------------------------
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
@@ -95,16 +123,31 @@ class HFSampler:
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         self._validate(request)
+        if self._closed.is_set():
+            raise RuntimeError("HFSampler is closed")
+        self._ensure_engine()
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._worker is None or self._worker.done():
-            self._loop, self._queue = loop, asyncio.Queue()
-            self._worker = loop.create_task(self._batch_loop(), name="agentrft-hf-batcher")
         fut: asyncio.Future[SampleResult] = loop.create_future()
-        assert self._queue is not None
-        await self._queue.put((request, fut, time.perf_counter()))
+        self._inbox.put(_Pending(request, fut, loop, time.perf_counter()))
         return await fut
 
-    # --- batching ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Any]:
+        """Hold new requests back, let in-flight ones finish, and give the caller the model alone."""
+        self._hold.set()
+        try:
+            with self.model_lock:
+                yield self.model
+        finally:
+            self._hold.clear()
+
+    def close(self) -> None:
+        """Stop the engine thread; requests still queued fail."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # --- engine ---------------------------------------------------------------------------------
     def _validate(self, request: SampleRequest) -> None:
         ids = request.prompt_ids
         if not ids:
@@ -116,71 +159,113 @@ class HFSampler:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit the model's "
                              f"{self._spec.max_positions} positions")
 
-    async def _batch_loop(self) -> None:
-        assert self._queue is not None
-        queue, loop = self._queue, asyncio.get_running_loop()
-        while True:
-            batch = [await queue.get()]
-            deadline = loop.time() + self.batch_wait_s
-            while len(batch) < self.max_batch_size:
-                remaining = deadline - loop.time()
-                if remaining <= 0 and queue.empty():
-                    break
-                try:
-                    batch.append(queue.get_nowait() if not queue.empty() else
-                                 await asyncio.wait_for(queue.get(), remaining))
-                except (asyncio.TimeoutError, TimeoutError):
-                    break
-            live = [p for p in batch if not p[1].done()]  # drop requests whose caller gave up
-            if not live:
-                continue
-            try:
-                results = await loop.run_in_executor(self._executor, self._run_batch, [p[0] for p in live])
-            except Exception as exc:  # one failed batch fails its requests, not the sampler
-                for _, fut, _ in live:
-                    if not fut.done():
-                        fut.set_exception(RuntimeError(f"HF sampler batch failed: {type(exc).__name__}: {exc}"))
-                continue
-            now = time.perf_counter()
-            for (_, fut, t0), res in zip(live, results):
-                res.latency_s = now - t0
-                if not fut.done():
-                    fut.set_result(res)
+    def _ensure_engine(self) -> None:
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._engine, name="agentrft-hf-engine", daemon=True)
+                self._thread.start()
 
-    def _run_batch(self, requests: list[SampleRequest]) -> list[SampleResult]:
-        """Decode a batch (worker thread). Holds `model_lock`; eval mode, then the old mode back."""
+    def _gather(self, pending: deque[_Pending], block: bool) -> None:
+        """Move requests from the inbox to `pending`; when `block`, wait for one and then `batch_wait_s`."""
+        if block and not pending:
+            try:
+                pending.append(self._inbox.get(timeout=0.2))
+            except queue.Empty:
+                return
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(pending) < self.max_batch_size and (left := deadline - time.monotonic()) > 0:
+                try:
+                    pending.append(self._inbox.get(timeout=left))
+                except queue.Empty:
+                    break
+        while True:
+            try:
+                pending.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _engine(self) -> None:
+        """The engine thread: admit, step, deliver, until closed."""
         import torch
 
-        from agentrft.samplers.hf_decode import RowState, generate_batch, make_generator
+        from agentrft.samplers.hf_decode import RowState, RunningBatch, make_generator
 
-        rows = [RowState(r.params, make_generator(r.params, self.device, self._rng)) for r in requests]
-        with self.model_lock:
-            was_training = self.model.training
-            self.model.eval()
+        pending: deque[_Pending] = deque()
+        batch: RunningBatch | None = None
+        was_training = False
+        while not self._closed.is_set():
+            self._gather(pending, block=batch is None)
+            if batch is None:
+                if not pending or self._hold.is_set():
+                    time.sleep(0.002 if pending else 0)
+                    continue
+                self.model_lock.acquire()
+                was_training = self.model.training
+                self.model.eval()
+                batch = RunningBatch(self.model, self._spec, self.device)
+            admit: list[_Pending] = []
+            while pending and not self._hold.is_set() and len(batch.rows) + len(admit) < self.max_batch_size:
+                p = pending.popleft()
+                if not p.future.done():  # skip callers that gave up
+                    admit.append(p)
+            done: list[Any] = []
+            failed: list[_Pending] = []
+            error: Exception | None = None
             try:
                 with torch.inference_mode():
-                    generate_batch(self.model, requests, rows, self._spec, self.device)
-            finally:
+                    # Rows whose caller gave up leave before the next step.
+                    batch.drop([a for a, r in enumerate(batch.rows) if not r.owner.future.done()])
+                    if admit:
+                        rows = [RowState(p.request.params, make_generator(p.request.params, self.device, self._rng),
+                                         owner=p) for p in admit]
+                        before = batch.prefills
+                        batch.admit([p.request for p in admit], rows)
+                        self.stats["admissions"] += 1
+                        self.stats["requests"] += len(admit)
+                        self.stats["prefills"] += batch.prefills - before
+                    done = batch.step()
+                    self.stats["steps"] += 1
+            except Exception as exc:  # a failed step fails its requests, not the sampler
+                error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")
+                failed = [row.owner for row in batch.rows] + admit
+                batch.rows = []
+            if self._closed.is_set() and batch.rows:
+                error = error or RuntimeError("HFSampler was closed")
+                failed += [row.owner for row in batch.rows]
+                batch.rows = []
+            if not batch.rows:
+                # Give the model back before anyone hears their request is done: a
+                # caller may train on it as soon as its await returns.
+                batch = None
                 self.model.train(was_training)
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(requests)
-        self.stats["prefills"] += len({tuple(r.prompt_ids) for r in requests})
-        results = []
-        for req, row in zip(requests, rows):
-            assert row.finish_reason is not None
-            self.stats["tokens"] += len(row.token_ids)
-            # The EOS token stays in token_ids (the policy chose it and must learn to);
-            # the text leaves it out, being the message content.
-            text_ids = row.token_ids[:-1] if row.finish_reason == "stop" else row.token_ids
-            results.append(SampleResult(token_ids=row.token_ids, logprobs=row.logprobs,
-                                        text=self.decode(text_ids), finish_reason=row.finish_reason,
-                                        prompt_tokens=len(req.prompt_ids),
-                                        completion_tokens=len(row.token_ids)))
-        return results
+                self.model_lock.release()
+            for row in done:
+                self._deliver(row)
+            for p in failed:
+                _resolve(p, exc=error)
+        closed = RuntimeError("HFSampler was closed")
+        for p in pending:
+            _resolve(p, exc=closed)
 
-    def close(self) -> None:
-        """Stop the batching task (if its loop still runs) and the worker thread."""
-        if self._worker is not None and not self._worker.done() and self._loop is not None \
-                and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._worker.cancel)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def _deliver(self, row: Any) -> None:
+        p: _Pending = row.owner
+        self.stats["tokens"] += len(row.token_ids)
+        # The EOS token stays in token_ids (the policy chose it and must learn to);
+        # the text leaves it out, being the message content.
+        text_ids = row.token_ids[:-1] if row.finish_reason == "stop" else row.token_ids
+        _resolve(p, SampleResult(token_ids=row.token_ids, logprobs=row.logprobs, text=self.decode(text_ids),
+                                 finish_reason=row.finish_reason, prompt_tokens=len(p.request.prompt_ids),
+                                 completion_tokens=len(row.token_ids), latency_s=time.perf_counter() - p.t0))
+
+
+def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:
+    """Complete a caller's future from the engine thread (its loop may be gone)."""
+    def settle() -> None:
+        if not p.future.done():
+            if exc is not None:
+                p.future.set_exception(exc)
+            else:
+                p.future.set_result(result)  # type: ignore[arg-type]
+
+    with contextlib.suppress(RuntimeError):  # event loop already closed: nobody is waiting
+        p.loop.call_soon_threadsafe(settle)

@@ -1,29 +1,31 @@
 """The batched decode engine behind `HFSampler` (synchronous; runs in a worker thread).
 
-One call decodes one batch of requests:
+A `RunningBatch` holds the rows being decoded and their KV cache:
 
-1. **Prefill** each *distinct* prompt once, in chunks of similar length (left
-   padded, at most 20% padding, so prompt lengths that differ a lot — as they
-   do across agent turns — waste little compute). Requests with an
-   identical prompt — a GRPO group asking for G samples of one task — share
-   that prefill: its KV cache is copied to each row. `logits_to_keep=1` skips
-   the vocabulary projection for all but the last prompt position.
-2. **Assemble** the per-prompt caches into one left-padded batch cache with an
-   attention mask that hides the padding, and explicit position ids so each
-   row's positions count only its real tokens.
-3. **Decode** one token per live row per step. A row that finishes (EOS, stop
-   string, its own `max_tokens`) is dropped from the cache and the mask, so it
-   stops costing compute.
+* `admit(requests)` **prefills** each *distinct* prompt once, in chunks of
+  similar length (left padded, at most 20% padding, so prompt lengths that
+  differ a lot, as they do across agent turns, waste little compute).
+  Requests with an identical prompt (a GRPO group asking for G samples of one
+  task) share that prefill: its KV cache is copied to each row.
+  `logits_to_keep=1` skips the vocabulary projection for all but the last
+  prompt position. The new rows join the running ones in one left-padded cache
+  with an attention mask that hides the padding, and explicit position ids so
+  each row counts only its real tokens. Rows can join between any two steps
+  (continuous batching).
+* `step()` picks one token for every row and returns the rows that finished
+  (EOS, stop string, own `max_tokens`); those leave the cache and the mask at
+  once, so they stop costing compute, and then one forward pass runs for the
+  rest.
 
 Log-probs: each returned log-prob is `log_softmax(logits)[token]` of the raw
 model at temperature 1, before temperature, top-k or top-p. That is the number
 the trainer recomputes for importance ratios (`logp_new - logp_old`), so the
 two are comparable whatever sampling settings produced the token. It is *not*
-the probability of the sampling distribution when temperature ≠ 1 or top-k/p
+the probability of the sampling distribution when temperature != 1 or top-k/p
 truncate it.
 
-Shape legend: U distinct prompts, B rows (requests), A live rows, V vocabulary,
-L layers, H kv heads, P prompt length, D head dim.
+Shape legend: U distinct prompts, A live rows, V vocabulary, H kv heads,
+P prompt length, L padded cache length, D head dim.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class RowState:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    owner: Any = None  # the caller's handle (HFSampler: the request and its future)
 
 
 def make_generator(params: SamplingParams, device: torch.device, rng: random.Random) -> torch.Generator | None:
@@ -150,24 +153,16 @@ def _prefill(model: Any, prompts: list[list[int]], device: torch.device, cache_k
     return caches, torch.stack(last)
 
 
-def _assemble(caches: list[list[tuple[torch.Tensor, torch.Tensor]]], lengths: list[int], row_src: torch.Tensor) -> tuple[Any, torch.Tensor]:
-    """Left-pad U prompt caches to one [B,H,Pmax,D] cache per layer; mask [B, Pmax] keeps real tokens."""
-    from transformers import DynamicCache
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [rows, H, length, D]
 
-    p_max = max(lengths)
-    layers = []
-    for layer in range(len(caches[0])):
-        ks, vs = [], []
-        for c, n in zip(caches, lengths):
-            k, v = c[layer]
-            pad = p_max - n
-            ks.append(torch.nn.functional.pad(k, (0, 0, pad, 0)) if pad else k)
-            vs.append(torch.nn.functional.pad(v, (0, 0, pad, 0)) if pad else v)
-        layers.append((torch.cat(ks).index_select(0, row_src), torch.cat(vs).index_select(0, row_src)))
-    mask = torch.zeros(len(lengths), p_max, dtype=torch.long, device=row_src.device)
-    for u, n in enumerate(lengths):
-        mask[u, p_max - n:] = 1
-    return DynamicCache(ddp_cache_data=layers), mask.index_select(0, row_src)
+
+def _left_pad(kv: KV, mask: torch.Tensor, length: int) -> tuple[KV, torch.Tensor]:
+    """Left-pad a cache and its mask [rows, len] to `length` positions (zeros, masked out)."""
+    pad = length - mask.shape[1]
+    if pad == 0:
+        return kv, mask
+    kv = [(torch.nn.functional.pad(k, (0, 0, pad, 0)), torch.nn.functional.pad(v, (0, 0, pad, 0))) for k, v in kv]
+    return kv, torch.nn.functional.pad(mask, (pad, 0))
 
 
 @dataclass
@@ -179,44 +174,103 @@ class DecodeSpec:
     decode: Any  # callable: list[int] -> str
 
 
-def generate_batch(model: Any, requests: list[SampleRequest], rows: list[RowState], spec: DecodeSpec,
-                   device: torch.device) -> None:
-    """Decode every request to completion, filling `rows` in place (the caller holds the model)."""
-    cache_kw = _cache_kw(model)
-    distinct: dict[tuple[int, ...], int] = {}
-    src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
-    prompts = [list(p) for p in distinct]
-    lengths = [len(p) for p in prompts]
-    row_src = torch.tensor(src, device=device)
-    caches, last_logits = _prefill(model, prompts, device, cache_kw)
-    cache, mask = _assemble(caches, lengths, row_src)
-    del caches
-    logits = last_logits.index_select(0, row_src)
-    next_pos = torch.tensor([lengths[u] for u in src], device=device)
-    live = list(range(len(requests)))  # live[a] = index into rows of live row a
-    while live:
-        ids, lps = choose_tokens(logits, [rows[i] for i in live])
-        keep: list[int] = []
-        for a, (i, tok, lp) in enumerate(zip(live, ids, lps)):
-            row = rows[i]
+class RunningBatch:
+    """Rows being decoded together; see the module docstring."""
+
+    def __init__(self, model: Any, spec: DecodeSpec, device: torch.device) -> None:
+        self.model, self.spec, self.device = model, spec, device
+        self.cache_kw = _cache_kw(model)
+        self.rows: list[RowState] = []
+        self.cache: Any = None  # DynamicCache over the live rows, [A, H, L, D] per layer
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=device)  # [A, L], 1 = real token
+        self.next_pos = torch.zeros(0, dtype=torch.long, device=device)  # [A] position of the next token
+        self.logits: torch.Tensor | None = None  # [A, V] for the token each row picks next
+        self.prefills = 0
+
+    def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
+        """Prefill `requests` and add them (with their `rows`) to the running batch."""
+        from transformers import DynamicCache
+
+        distinct: dict[tuple[int, ...], int] = {}
+        src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
+        prompts = [list(p) for p in distinct]
+        lengths = [len(p) for p in prompts]
+        caches, last = _prefill(self.model, prompts, self.device, self.cache_kw)
+        self.prefills += len(prompts)
+        p_max = max(lengths)
+        new_kv: KV = []
+        for layer in range(len(caches[0])):
+            ks = [torch.nn.functional.pad(c[layer][0], (0, 0, p_max - n, 0)) for c, n in zip(caches, lengths)]
+            vs = [torch.nn.functional.pad(c[layer][1], (0, 0, p_max - n, 0)) for c, n in zip(caches, lengths)]
+            new_kv.append((torch.cat(ks), torch.cat(vs)))
+        del caches
+        mask = torch.zeros(len(prompts), p_max, dtype=torch.long, device=self.device)
+        for u, n in enumerate(lengths):
+            mask[u, p_max - n:] = 1
+        row_src = torch.tensor(src, device=self.device)
+        new_kv = [(k.index_select(0, row_src), v.index_select(0, row_src)) for k, v in new_kv]
+        new_mask, new_logits = mask.index_select(0, row_src), last.index_select(0, row_src)
+        new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
+        if self.cache is None or not self.rows:
+            self.cache = DynamicCache(ddp_cache_data=new_kv)
+            self.mask, self.logits, self.next_pos = new_mask, new_logits, new_pos
+        else:
+            assert self.logits is not None
+            length = max(self.mask.shape[1], p_max)
+            old_kv, old_mask = _left_pad([(la.keys, la.values) for la in self.cache.layers], self.mask, length)
+            new_kv, new_mask = _left_pad(new_kv, new_mask, length)
+            self.cache = DynamicCache(ddp_cache_data=[(torch.cat([ok, nk]), torch.cat([ov, nv]))
+                                                      for (ok, ov), (nk, nv) in zip(old_kv, new_kv)])
+            self.mask = torch.cat([old_mask, new_mask])
+            self.logits = torch.cat([self.logits, new_logits])
+            self.next_pos = torch.cat([self.next_pos, new_pos])
+        self.rows.extend(rows)
+
+    def drop(self, keep: list[int]) -> None:
+        """Keep only the rows at positions `keep` (finished or abandoned rows leave)."""
+        if len(keep) == len(self.rows):
+            return
+        sel = torch.tensor(keep, dtype=torch.long, device=self.device)
+        assert self.cache is not None and self.logits is not None
+        self.cache.batch_select_indices(sel)
+        self.mask, self.next_pos = self.mask.index_select(0, sel), self.next_pos.index_select(0, sel)
+        self.logits = self.logits.index_select(0, sel)
+        self.rows = [self.rows[a] for a in keep]
+
+    def step(self) -> list[RowState]:
+        """Pick a token for every row; returns the rows that finished (already removed)."""
+        if not self.rows:
+            return []
+        assert self.logits is not None and self.cache is not None
+        ids, lps = choose_tokens(self.logits, self.rows)
+        keep, done = [], []
+        for a, (row, tok, lp) in enumerate(zip(self.rows, ids, lps)):
             row.token_ids.append(tok)
             row.logprobs.append(lp)
-            row.finish_reason = _finished(row, tok, int(next_pos[a]) + 1, spec)
-            if row.finish_reason is None:
-                keep.append(a)
-        if not keep:
-            break
-        tokens = torch.tensor([[ids[a]] for a in keep], device=device)
-        if len(keep) < len(live):
-            sel = torch.tensor(keep, device=device)
-            cache.batch_select_indices(sel)
-            mask, next_pos = mask.index_select(0, sel), next_pos.index_select(0, sel)
-            live = [live[a] for a in keep]
-        mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=tokens, attention_mask=mask, position_ids=next_pos[:, None],
-                    use_cache=True, **{cache_kw: cache})
-        cache, logits = _out_cache(out), out.logits[:, -1]
-        next_pos = next_pos + 1
+            row.finish_reason = _finished(row, tok, int(self.next_pos[a]) + 1, self.spec)
+            (done if row.finish_reason is not None else keep).append(a)
+        tokens = [ids[a] for a in keep]
+        done_rows = [self.rows[a] for a in done]
+        self.drop(keep)
+        if not self.rows:
+            self.cache, self.logits = None, None
+            return done_rows
+        self.mask = torch.cat([self.mask, torch.ones(len(keep), 1, dtype=self.mask.dtype, device=self.device)], 1)
+        out = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=self.mask,
+                         position_ids=self.next_pos[:, None], use_cache=True, **{self.cache_kw: self.cache})
+        self.cache = _out_cache(out)
+        self.logits = out.logits[:, -1]
+        self.next_pos = self.next_pos + 1
+        return done_rows
+
+
+def generate_batch(model: Any, requests: list[SampleRequest], rows: list[RowState], spec: DecodeSpec,
+                   device: torch.device) -> None:
+    """Decode `requests` together to completion, filling `rows` in place (caller holds the model)."""
+    batch = RunningBatch(model, spec, device)
+    batch.admit(requests, rows)
+    while batch.rows:
+        batch.step()
 
 
 def _finished(row: RowState, tok: int, total_len: int, spec: DecodeSpec) -> FinishReason | None:
