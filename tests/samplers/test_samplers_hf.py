@@ -265,3 +265,17 @@ def test_failed_step_fails_its_requests_only(prompt: list[int]) -> None:
     s.close()
     with pytest.raises(RuntimeError, match="closed"):
         run(s.sample(SampleRequest(prompt, GREEDY)))
+
+
+def test_reseed_makes_unseeded_sampling_reproducible(sampler: HFSampler, prompt: list[int]) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    reqs = [SampleRequest(prompt, params, group_key="g") for _ in range(3)] + [SampleRequest(prompt[:20], params)]
+    sampler.reseed(7)
+    first = run(_gather(sampler, reqs))
+    sampler.reseed(7)
+    again = run(_gather(sampler, list(reversed(reqs))))  # other arrival order: same multiset of samples
+    assert sorted(r.token_ids for r in first) == sorted(r.token_ids for r in again)
+    assert first[3].token_ids == again[0].token_ids  # the distinct prompt gets the same sample
+    assert len({tuple(r.token_ids) for r in first[:3]}) == 3  # group members differ
+    sampler.reseed(8)
+    assert run(sampler.sample(reqs[3])).token_ids != first[3].token_ids

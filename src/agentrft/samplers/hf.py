@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import queue
 import random
 import threading
 import time
 import weakref
+from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ class _Pending:
     future: asyncio.Future[SampleResult]
     loop: asyncio.AbstractEventLoop
     t0: float
+    seed: int
 
 
 def template_supports_tools(tokenizer: Any) -> bool:
@@ -101,7 +104,8 @@ class HFSampler:
                                 decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
         self._vocab = int(model.get_input_embeddings().weight.shape[0])
         self.template_supports_tools = template_supports_tools(tokenizer)
-        self._rng = random.Random()
+        self._base_seed = random.SystemRandom().getrandbits(63)
+        self._seen: dict[bytes, int] = {}  # prompt digest -> requests so far (see _seed_for)
         self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
         self._hold = threading.Event()  # set by exclusive(): admit nothing new
         self._closed = threading.Event()
@@ -128,8 +132,28 @@ class HFSampler:
         self._ensure_engine()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[SampleResult] = loop.create_future()
-        self._inbox.put(_Pending(request, fut, loop, time.perf_counter()))
+        self._inbox.put(_Pending(request, fut, loop, time.perf_counter(), self._seed_for(request)))
         return await fut
+
+    def reseed(self, seed: int) -> None:
+        """Make unseeded sampling reproducible from here on (the trainer calls this per step)."""
+        self._base_seed = seed
+        self._seen.clear()
+
+    def _seed_for(self, request: SampleRequest) -> int:
+        """The request's own seed, else one derived from the sampler seed, the prompt, and how many
+        requests with this prompt came before. Unlike a shared random stream this does not depend
+        on the order in which concurrent episodes happen to reach the sampler, so reruns match."""
+        if request.params.seed is not None:
+            return request.params.seed
+        digest = hashlib.blake2b(array("q", request.prompt_ids).tobytes(), digest_size=16).digest()
+        if len(self._seen) > 1_000_000:  # unbounded runs without reseed: forget, stay bounded
+            self._seen.clear()
+        n = self._seen.get(digest, 0)
+        self._seen[digest] = n + 1
+        mix = hashlib.blake2b(digest + self._base_seed.to_bytes(8, "little", signed=True) + n.to_bytes(8, "little"),
+                              digest_size=8).digest()
+        return int.from_bytes(mix, "little") >> 1
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[Any]:
@@ -216,7 +240,7 @@ class HFSampler:
                     # Rows whose caller gave up leave before the next step.
                     batch.drop([a for a, r in enumerate(batch.rows) if not r.owner.future.done()])
                     if admit:
-                        rows = [RowState(p.request.params, make_generator(p.request.params, self.device, self._rng),
+                        rows = [RowState(p.request.params, make_generator(p.request.params, self.device, p.seed),
                                          owner=p) for p in admit]
                         before = batch.prefills
                         batch.admit([p.request for p in admit], rows)

@@ -31,7 +31,6 @@ P prompt length, L padded cache length, D head dim.
 from __future__ import annotations
 
 import inspect
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +51,13 @@ class RowState:
     owner: Any = None  # the caller's handle (HFSampler: the request and its future)
 
 
-def make_generator(params: SamplingParams, device: torch.device, rng: random.Random) -> torch.Generator | None:
-    """A per-request generator: a seed makes the request reproducible on its own,
-    independent of what else shares its batch. Greedy needs none."""
+def make_generator(params: SamplingParams, device: torch.device, seed: int) -> torch.Generator | None:
+    """A per-request generator, so that a request's samples depend on its seed alone,
+    not on what else shares its batch. Greedy needs none."""
     if params.greedy:
         return None
     gen = torch.Generator(device=device)
-    gen.manual_seed(params.seed if params.seed is not None else rng.getrandbits(63))
+    gen.manual_seed(seed)
     return gen
 
 
