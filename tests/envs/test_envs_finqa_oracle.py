@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 
@@ -81,18 +82,32 @@ def test_budget_and_unknown_tool(env: FinqaLiteEnv) -> None:
 
 def test_few_shot_structure(env: FinqaLiteEnv) -> None:
     msgs = env.few_shot()
-    assert sum(m.role == "user" for m in msgs) == 4
+    # three worked examples for level 1, one for each other level
+    assert sum(m.role == "user" for m in msgs) == 6
     finals = [m for m in msgs if m.role == "assistant" and not m.tool_calls]
-    assert len(finals) == 4 and all(m.text().startswith("The answer is ") for m in finals)
+    assert len(finals) == 6 and all(m.text().startswith("The answer is ") for m in finals)
     names = [m.tool_calls[0].function.name for m in msgs if m.tool_calls]
-    assert names.count("calculate") == 4 and names.count("search") == 3 and names.count("open") == 3
+    assert names.count("calculate") == 6 and names.count("search") == 3 and names.count("open") == 3
     for call, result in zip(msgs, msgs[1:]):
         if call.tool_calls:
             assert result.role == "tool" and result.tool_call_id == call.tool_calls[0].id
             assert not result.text().startswith("Error")
     example_co = env.data.example_company.name
     assert example_co in msgs[0].text()
-    assert FinqaLiteEnv(levels=(1,)).few_shot()[1].tool_calls[0].function.name == "calculate"
+    level1 = FinqaLiteEnv(levels=(1,)).few_shot()
+    call = level1[1].tool_calls[0].function
+    # the figures are in the prompt at level 1, so the example computes in infix arithmetic
+    assert call.name == "calculate" and json.loads(call.arguments)["expression"].startswith("(")
+    tool_result, final = float(level1[2].text()), float(level1[3].text().removeprefix("The answer is ").rstrip("."))
+    assert abs(tool_result - final) <= 1e-5 * max(1.0, abs(final))
+
+
+def test_calculator_only_levels_offer_one_tool() -> None:
+    env1 = FinqaLiteEnv(levels=(1, 2))
+    assert [s["function"]["name"] for s in env1.tool_schemas()] == ["calculate"]
+    task = env1.tasks("held-out")[0]
+    result = asyncio.run(env1.start(task).call_tool("search", {"query": "x"}))
+    assert result.error_kind == "unknown_tool"
 
 
 def test_env_contract(env: FinqaLiteEnv) -> None:
@@ -103,4 +118,4 @@ def test_env_contract(env: FinqaLiteEnv) -> None:
     assert [s["function"]["name"] for s in env.tool_schemas()] == ["search", "open", "calculate"]
     assert env.limits.max_tool_calls == 10 and FinqaLiteEnv(levels=1).limits.max_tool_calls == 2
     init = env.initial_messages(env.tasks("train")[0])
-    assert init[0].role == "system" and "calculate" in init[0].text() and init[-1].role == "user"
+    assert init[0].role == "system" and "The answer is" in init[0].text() and init[-1].role == "user"

@@ -103,7 +103,7 @@ def test_finqa_json_env(tmp_path: Path) -> None:
 
     found, opened, mx = asyncio.run(go())
     assert "doc_id=ADI/2009/page_49.pdf" in found.content and opened.ok and mx.content == "5829"
-    assert env.ref().tool_schema_hash == FinqaLiteEnv(levels=1).ref().tool_schema_hash
+    assert env.ref().tool_schema_hash == FinqaLiteEnv(levels=3).ref().tool_schema_hash
 
 
 def test_make_env_specs(tmp_path: Path) -> None:

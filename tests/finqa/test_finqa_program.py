@@ -223,3 +223,20 @@ def test_execution_accuracy_is_exact_after_rounding() -> None:
     assert not execution_accuracy(program_to_tokens("greater(3, 2)"), "no", None)
     assert not execution_accuracy(program_to_tokens("divide(1, 0)"), 0.0, None)  # invalid never matches
     assert execution_accuracy(program_to_tokens("table_sum(net revenue, none)"), 3000.0, TABLE)
+
+
+def test_program_to_infix_matches_the_executor() -> None:
+    from agentrft.finqa.calc import calculate
+    from agentrft.finqa.program import execute_program, program_to_infix
+
+    cases = {
+        "subtract(5829, 5735), divide(#0, 5735)": "(5829 - 5735) / 5735",
+        "add(1, 2), add(#0, 3), divide(#1, const_3)": "((1 + 2) + 3) / 3",
+        "divide(9, 4), exp(#0, 0.5), subtract(#1, const_1)": "((9 / 4) ^ 0.5) - 1",
+        "multiply(2, const_m1)": "2 * -1",
+    }
+    for program, infix in cases.items():
+        assert program_to_infix(program) == infix
+        assert float(calculate(infix)) == pytest.approx(execute_program(program), abs=1e-5)
+    assert program_to_infix("divide(1, 2), greater(#0, 1)") is None
+    assert program_to_infix("table_sum(revenue, none)") is None

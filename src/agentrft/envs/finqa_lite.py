@@ -15,6 +15,7 @@ from typing import Any
 
 from agentrft.envs.base import EnvLimits, Environment
 from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.finqa.program import program_to_infix
 from agentrft.tasks.finqa_lite import LEVELS, FinqaLite, answer_text
 from agentrft.tools.finqa_tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
@@ -26,13 +27,20 @@ LEVEL_LIMITS: dict[int, EnvLimits] = {
     4: EnvLimits(max_turns=10, max_tokens_per_turn=192, max_total_tokens=8192, max_tool_calls=10),
 }
 
-SYSTEM_PROMPT = """You answer questions about companies' annual reports. Amounts are in millions of dollars unless stated.
-Tools:
-- search(query, k): find reports by company name and year; returns doc_ids.
-- open(doc_id, page): read a report's table and text.
-- calculate(expression): arithmetic such as (5829 - 5735) / 5735, or a FinQA program such as subtract(5829, 5735), divide(#0, 5735).
+# The tools themselves are described by the agent loop's tool-call format, from their schemas.
+SYSTEM_PROMPT = """You answer questions about companies' annual reports. Amounts are in millions of dollars.
 Use the tools to find figures and to compute. When you know the answer, reply without a tool call: "The answer is <number>."
 Give ratios and percentage changes as decimals (0.0164, not 1.64%)."""
+
+# Levels 1-2 put every figure in the prompt: the agent needs only the calculator, and a small
+# model follows a short tool list far better. Several worked examples teach the call's shape.
+CALCULATOR_ONLY_LEVELS = (1, 2)
+EXAMPLE_TEMPLATES: dict[int, tuple[str, ...]] = {
+    1: ("revenue_growth", "gross_margin", "net_income_change"),
+    2: ("revenue_growth",),
+    3: ("revenue_growth",),
+    4: ("revenue_growth",),
+}
 
 
 def merged_limits(levels: Iterable[int]) -> EnvLimits:
@@ -94,7 +102,10 @@ class FinqaLiteEnv(Environment):
         return SYSTEM_PROMPT
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return finqa_tool_schemas()
+        schemas = finqa_tool_schemas()
+        if set(self.levels) <= set(CALCULATOR_ONLY_LEVELS):
+            schemas = [s for s in schemas if s["function"]["name"] == "calculate"]
+        return schemas
 
     def tasks(self, split: str = "train") -> list[Task]:
         return self.data.tasks(split, self.levels)
@@ -111,6 +122,8 @@ class FinqaLiteEnv(Environment):
     def start(self, task: Task) -> ToolboxEpisode:
         state = FinqaToolState(self.index)
         toolbox = finqa_toolbox(state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars)
+        offered = {s["function"]["name"] for s in self.tool_schemas()}
+        toolbox = toolbox.only(offered)
         level = task.data.get("level")
         if self._explicit_limits or level not in LEVEL_LIMITS:
             budget = self.limits.max_tool_calls
@@ -121,15 +134,17 @@ class FinqaLiteEnv(Environment):
     # ------------------------------------------------------------ worked examples
 
     def few_shot(self) -> list[Message]:
-        """One worked example per level, on the company kept out of every split; tool outputs are real."""
+        """Worked examples per level (EXAMPLE_TEMPLATES), on the company kept out of every split; tool outputs are real."""
         if self._few_shot is None:
-            self._few_shot = [m for level in self.levels for m in self._example(level)]
+            self._few_shot = [
+                m for level in self.levels for template in EXAMPLE_TEMPLATES[level] for m in self._example(level, template)
+            ]
         return [m.model_copy(deep=True) for m in self._few_shot]
 
-    def _example(self, level: int) -> list[Message]:
-        task = self.data.example_task(level)
+    def _example(self, level: int, template: str) -> list[Message]:
+        task = self.data.example_task(level, template)
         state = FinqaToolState(self.index)
-        calls = _Calls(f"example{level}")
+        calls = _Calls(f"example{level}_{template}")
         messages = [task.messages[0].model_copy()]
         if level >= 3:
             for company, year, doc_id in zip(task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True):
@@ -137,6 +152,8 @@ class FinqaLiteEnv(Environment):
                 messages += calls.call("search", {"query": query}, state.search(query))
                 messages += calls.call("open", {"doc_id": doc_id}, state.open(doc_id))
         program = task.data["program"]
-        messages += calls.call("calculate", {"expression": program}, state.calculate(program))
+        # infix arithmetic where the figures are in the prompt; the FinQA program form once documents are open
+        expression = (program_to_infix(program) if level in CALCULATOR_ONLY_LEVELS else None) or program
+        messages += calls.call("calculate", {"expression": expression}, state.calculate(expression))
         messages.append(Message(role="assistant", content=f"The answer is {answer_text(task.data['answer'])}."))
         return messages

@@ -330,3 +330,33 @@ __all__ = [
     "str_to_num",
     "tokens_to_program",
 ]
+
+
+# ---------------------------------------------------------------- infix form
+
+_INFIX_OPS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "exp": "^"}
+
+
+def program_to_infix(program: str) -> str | None:
+    """The arithmetic expression a calculator reads for `program`, or None when it has no infix form.
+
+    ``subtract(5829, 5735), divide(#0, 5735)`` -> ``(5829 - 5735) / 5735``. Small models
+    imitate infix arithmetic far more reliably than FinQA's program syntax, so worked
+    examples for the simple levels use this form. Table ops and `greater` have none.
+    """
+    steps = parse_steps(program_to_tokens(program))
+    exprs: list[str] = []
+    for step in steps:
+        if step.op not in _INFIX_OPS:
+            return None
+        args = []
+        for raw in (step.arg1.strip(), step.arg2.strip()):
+            if raw.startswith("#"):
+                inner = exprs[int(raw[1:])]
+                args.append(inner if " " not in inner else f"({inner})")
+            elif raw.startswith("const_"):
+                args.append("-1" if raw == "const_m1" else raw[len("const_"):])
+            else:
+                args.append(raw)
+        exprs.append(f"{args[0]} {_INFIX_OPS[step.op]} {args[1]}")
+    return exprs[-1] if exprs else None

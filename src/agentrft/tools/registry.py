@@ -197,6 +197,11 @@ class Toolbox:
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema for t in self.tools.values()]
 
+    def only(self, names: Iterable[str]) -> Toolbox:
+        """The subset of tools named in `names` (an environment offering fewer tools at a level)."""
+        keep = set(names)
+        return Toolbox(t for n, t in self.tools.items() if n in keep)
+
     async def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
         tool = self.tools.get(name)
         if tool is None:
