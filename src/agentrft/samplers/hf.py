@@ -13,6 +13,14 @@ any request is in flight. A trainer running concurrently wraps each weight
 update in `with sampler.exclusive():` — new requests are held back, in-flight
 ones finish, then the caller has the model alone — and sets `policy_version`.
 See `hf_decode` for the decode algorithm and what the returned log-probs mean.
+
+Result conventions: `token_ids` are exactly the sampled ids, the EOS token
+included (finish "stop"); `text` is their decoding without that EOS. A stop
+string ends the reply at the token that completes it (finish "stop_string");
+the string stays in ids and text, together with any characters that same token
+carries after it. Identical prompts in flight together are prefilled once,
+whatever their `group_key`. Unseeded requests get a seed derived from
+`reseed()`'s seed and the prompt, so reruns match whatever the arrival order.
 """
 
 from __future__ import annotations
