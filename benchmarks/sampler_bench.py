@@ -62,6 +62,18 @@ async def bench_sampler(s: HFSampler, batch: list[list[int]], new: int) -> tuple
     return time.perf_counter() - t0, sum(r.completion_tokens for r in res)
 
 
+async def bench_mixed(s: HFSampler, batch: list[list[int]], new: int) -> tuple[float, int, float]:
+    """Half the requests want 8 tokens, half `new`: per-request max_tokens and early delivery."""
+    async def one(i: int, p: list[int]) -> tuple[int, float]:
+        t = time.perf_counter()
+        r = await s.sample(SampleRequest(p, SamplingParams(temperature=0.0, max_tokens=8 if i % 2 else new)))
+        return r.completion_tokens, time.perf_counter() - t
+    t0 = time.perf_counter()
+    res = await asyncio.gather(*(one(i, p) for i, p in enumerate(batch)))
+    short = [lat for i, (_, lat) in enumerate(res) if i % 2]
+    return time.perf_counter() - t0, sum(n for n, _ in res), sum(short) / len(short)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--policy", default="smollm2-135m")
@@ -99,6 +111,9 @@ def main() -> None:
         print(f"[{rep}] HFSampler, distinct prompts:  {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s", flush=True)
         dt, n = asyncio.run(bench_sampler(s, [batch[0]] * a.n, a.new))
         print(f"[{rep}] HFSampler, one shared prompt: {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s", flush=True)
+        dt, n, short = asyncio.run(bench_mixed(s, batch, a.new))
+        print(f"[{rep}] HFSampler, half ask 8 tokens: {n} tokens in {dt:.1f} s; the 8-token ones "
+              f"return after {short:.1f} s on average", flush=True)
 
 
 if __name__ == "__main__":
