@@ -88,10 +88,11 @@ class HFSampler:
 
     def __init__(self, model: Any, tokenizer: Any, policy: str, *, max_batch_size: int = 32,
                  device: str = "cpu", dtype: Any = None, batch_wait_s: float = 0.005,
-                 policy_version: int = 0) -> None:
+                 policy_version: int = 0, prefix_cache_tokens: int = 4096, prefix_min_tokens: int = 64) -> None:
         import torch
 
         from agentrft.samplers.hf_decode import DecodeSpec
+        from agentrft.samplers.prefix_cache import PrefixCache
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -103,7 +104,12 @@ class HFSampler:
         self.policy_version = policy_version
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
-        self.model_lock = threading.Lock()
+        # Prefix KV cache (engine thread only). Anyone else taking model_lock may change the
+        # weights: that, exclusive() and invalidate_cache() bump the epoch, which empties it.
+        self.prefix_cache = PrefixCache(max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens)
+        self._cache_epoch = 0
+        self._weights_sample: tuple[float, ...] = ()
+        self.model_lock = _ModelLock(self._on_foreign_lock)
         eos = {i for i in (tokenizer.eos_token_id,) if i is not None}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else ({gen_eos} if gen_eos is not None else set())
@@ -121,7 +127,10 @@ class HFSampler:
         self._start_lock = threading.Lock()
         # admissions: prefill rounds; prefills: distinct prompts prefilled; steps: decode steps
         _LIVE.add(self)
-        self.stats = {"admissions": 0, "requests": 0, "prefills": 0, "tokens": 0, "steps": 0}
+        # prefill_tokens: prompt positions run through the model; reused_tokens: taken from a shared
+        # or cached prefix instead
+        self.stats = {"admissions": 0, "requests": 0, "prefills": 0, "tokens": 0, "steps": 0,
+                      "prefill_tokens": 0, "reused_tokens": 0}
 
     # --- TokenSampler -------------------------------------------------------------------------
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
@@ -168,10 +177,35 @@ class HFSampler:
         """Hold new requests back, let in-flight ones finish, and give the caller the model alone."""
         self._hold.set()
         try:
-            with self.model_lock:
+            with self.model_lock:  # (a foreign acquisition: invalidates the prefix cache)
                 yield self.model
         finally:
+            self.invalidate_cache()  # again after the update, in case the engine refilled meanwhile
             self._hold.clear()
+
+    def invalidate_cache(self) -> None:
+        """Forget cached prefix KV (call after changing the weights other than under `exclusive()` /
+        `model_lock`; changes there, `policy_version` changes and in-place parameter updates are
+        detected anyway). Takes effect before the next admission."""
+        self._cache_epoch += 1
+
+    def _on_foreign_lock(self) -> None:
+        self._cache_epoch += 1
+
+    def _weights_key(self, fresh: bool) -> tuple[Any, ...]:
+        """What the prefix cache's KV depends on. Parameters' `_version` counters grow with every
+        in-place update (optimizer steps, `load_state_dict`) and `data_ptr` changes when a tensor is
+        swapped; `.data` writes bypass both, so when the engine (re)takes the model (`fresh`) it also
+        samples a few values of every parameter (~2 ms for 135M parameters)."""
+        import torch
+
+        params = list(self.model.parameters())
+        if fresh:
+            with torch.no_grad():
+                self._weights_sample = tuple(torch.stack([
+                    p.detach().reshape(-1)[::max(1, p.numel() // 7)].double().sum() for p in params]).tolist())
+        return (self.policy_version, self._cache_epoch, self._weights_sample,
+                tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params))
 
     def close(self) -> None:
         """Stop the engine thread; requests still queued fail."""
@@ -222,8 +256,10 @@ class HFSampler:
 
         from agentrft.samplers.hf_decode import RowState, RunningBatch, make_generator
 
+        self.model_lock.engine_ident = threading.get_ident()
         pending: deque[_Pending] = deque()
         batch: RunningBatch | None = None
+        fresh = True
         was_training = False
         while not self._closed.is_set():
             self._gather(pending, block=batch is None)
@@ -234,7 +270,8 @@ class HFSampler:
                 self.model_lock.acquire()
                 was_training = self.model.training
                 self.model.eval()
-                batch = RunningBatch(self.model, self._spec, self.device)
+                batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache)
+                fresh = True
             admit: list[_Pending] = []
             while pending and not self._hold.is_set() and len(batch.rows) + len(admit) < self.max_batch_size:
                 p = pending.popleft()
@@ -248,13 +285,18 @@ class HFSampler:
                     # Rows whose caller gave up leave before the next step.
                     batch.drop([a for a, r in enumerate(batch.rows) if not r.owner.future.done()])
                     if admit:
+                        if self.prefix_cache.enabled:
+                            self.prefix_cache.validate(self._weights_key(fresh))
+                            fresh = False
                         rows = [RowState(p.request.params, make_generator(p.request.params, self.device, p.seed),
                                          owner=p) for p in admit]
-                        before = batch.prefills
+                        before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
                         batch.admit([p.request for p in admit], rows)
+                        self.stats["prefill_tokens"] += batch.prefill_tokens - before[1]
+                        self.stats["reused_tokens"] += batch.reused_tokens - before[2]
                         self.stats["admissions"] += 1
                         self.stats["requests"] += len(admit)
-                        self.stats["prefills"] += batch.prefills - before
+                        self.stats["prefills"] += batch.prefills - before[0]
                     done = batch.step()
                     self.stats["steps"] += 1
             except Exception as exc:  # a failed step fails its requests, not the sampler
@@ -288,6 +330,34 @@ class HFSampler:
         _resolve(p, SampleResult(token_ids=row.token_ids, logprobs=row.logprobs, text=self.decode(text_ids),
                                  finish_reason=row.finish_reason, prompt_tokens=len(p.request.prompt_ids),
                                  completion_tokens=len(row.token_ids), latency_s=time.perf_counter() - p.t0))
+
+
+class _ModelLock:
+    """`threading.Lock` semantics; calls `on_foreign` whenever a thread other than the sampler's
+    engine acquires it: whoever takes the model lock may be about to change the weights."""
+
+    def __init__(self, on_foreign: Any) -> None:
+        self._lock = threading.Lock()
+        self._on_foreign = on_foreign
+        self.engine_ident: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got and threading.get_ident() != self.engine_ident:
+            self._on_foreign()
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
+from agentrft.samplers.prefix_cache import KV, PrefixCache, as_tokens, shared_prefixes
 
 
 @dataclass
@@ -124,35 +125,73 @@ def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: floa
     return chunks
 
 
-def _prefill(model: Any, prompts: list[list[int]], device: torch.device, cache_kw: str) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
+def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
+             bases: list[tuple[KV | None, int]] | None = None) -> tuple[list[KV], torch.Tensor]:
     """Prefill the prompts in length-bucketed, left-padded chunks.
 
-    Returns per-prompt per-layer (k, v) of shape [1,H,P,D] (padding cut off) and
-    the last-position logits [U, V].
+    `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens,
+    already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
+    through the model. Returns per-prompt per-layer (k, v) of shape [1,H,P,D]
+    (padding cut off) and the last-position logits [U, V].
     """
-    del cache_kw  # prefill starts without a cache
-    lengths = [len(p) for p in prompts]
+    from transformers import DynamicCache
+
+    bases = bases or [(None, 0)] * len(prompts)
+    base_lens = [m for _, m in bases]
+    lengths = [len(p) - m for p, m in zip(prompts, base_lens)]  # what each prompt still prefills
     caches: list[Any] = [None] * len(prompts)
     last: list[Any] = [None] * len(prompts)
     for chunk in _prefill_chunks(lengths):
-        p_max = lengths[chunk[0]]
-        ids = torch.zeros(len(chunk), p_max, dtype=torch.long, device=device)
-        mask = torch.zeros(len(chunk), p_max, dtype=torch.long, device=device)
+        s_max = lengths[chunk[0]]
+        m_max = max(base_lens[u] for u in chunk)
+        ids = torch.zeros(len(chunk), s_max, dtype=torch.long, device=device)
+        mask = torch.zeros(len(chunk), m_max + s_max, dtype=torch.long, device=device)
+        pos = torch.zeros(len(chunk), s_max, dtype=torch.long, device=device)
         for j, u in enumerate(chunk):
-            ids[j, p_max - lengths[u]:] = torch.tensor(prompts[u], device=device)
-            mask[j, p_max - lengths[u]:] = 1
-        pos = (mask.cumsum(1) - 1).clamp(min=0)
-        kwargs = {} if len(chunk) == 1 else {"attention_mask": mask}  # alone: no padding, no mask
+            m, n = base_lens[u], lengths[u]
+            ids[j, s_max - n:] = torch.tensor(prompts[u][m:], device=device)
+            mask[j, m_max - m:m_max] = 1
+            mask[j, m_max + s_max - n:] = 1
+            pos[j, s_max - n:] = torch.arange(m, m + n, device=device)
+        kwargs: dict[str, Any] = {}
+        if not bool(mask.all()):  # no padding (e.g. a prompt alone): no mask, the fast causal path
+            kwargs["attention_mask"] = mask
+        if m_max:
+            # Prefixes sit right-aligned before the suffixes: [pad | base | pad | suffix]; the mask
+            # hides both pads. A chunk sharing one base (a group's prefix) expands it, no copy.
+            first = bases[chunk[0]][0]
+            if first is not None and all(bases[u][0] is first for u in chunk):
+                past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in first]
+            else:
+                like = next(kv for kv, _ in (bases[u] for u in chunk) if kv is not None)
+                past = [tuple(torch.cat([_left_pad_base(bases[u][0], like, layer, which, m_max) for u in chunk])
+                              for which in (0, 1)) for layer in range(len(like))]
+            kwargs[_cache_kw(model)] = DynamicCache(ddp_cache_data=past)
         out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
         layers = _out_cache(out).layers
         for j, u in enumerate(chunk):
-            start = p_max - lengths[u]
-            caches[u] = [(layer.keys[j:j + 1, :, start:], layer.values[j:j + 1, :, start:]) for layer in layers]
+            m, n = base_lens[u], lengths[u]
+            caches[u] = [(_real(la.keys, j, m_max, m, s_max, n), _real(la.values, j, m_max, m, s_max, n))
+                         for la in layers]
             last[u] = out.logits[j, -1]
     return caches, torch.stack(last)
 
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [rows, H, length, D]
+def _left_pad_base(kv: KV | None, like: KV, layer: int, which: int, length: int) -> torch.Tensor:
+    """A base's layer keys (which=0) or values (1), left-padded with zeros to `length` positions;
+    all zeros for a row without a base (`like` gives the shape)."""
+    if kv is None:
+        ref = like[layer][which]
+        return ref.new_zeros(1, ref.shape[1], length, ref.shape[3])
+    t = kv[layer][which]
+    return torch.nn.functional.pad(t, (0, 0, length - t.shape[2], 0))
+
+
+def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> torch.Tensor:
+    """Row j's real positions of a [pad | base(m) | pad | suffix(n)] cache: [1,H,m+n,D]."""
+    if m == 0 or n == s_max:  # one contiguous run: a view
+        return t[j:j + 1, :, m_max + s_max - n - m:] if n == s_max else t[j:j + 1, :, m_max + s_max - n:]
+    return torch.cat([t[j:j + 1, :, m_max - m:m_max], t[j:j + 1, :, m_max + s_max - n:]], dim=2)
 
 
 def _left_pad(kv: KV, mask: torch.Tensor, length: int) -> tuple[KV, torch.Tensor]:
@@ -176,8 +215,12 @@ class DecodeSpec:
 class RunningBatch:
     """Rows being decoded together; see the module docstring."""
 
-    def __init__(self, model: Any, spec: DecodeSpec, device: torch.device) -> None:
+    def __init__(self, model: Any, spec: DecodeSpec, device: torch.device,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.model, self.spec, self.device = model, spec, device
+        self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
+        self.prefill_tokens = 0  # prompt positions run through the model
+        self.reused_tokens = 0  # prompt positions taken from the prefix cache or a shared prefix
         self.cache_kw = _cache_kw(model)
         self.rows: list[RowState] = []
         self.cache: Any = None  # DynamicCache over the live rows, [A, H, L, D] per layer
@@ -194,7 +237,7 @@ class RunningBatch:
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
         prompts = [list(p) for p in distinct]
         lengths = [len(p) for p in prompts]
-        caches, last = _prefill(self.model, prompts, self.device, self.cache_kw)
+        caches, last = self._prefill_prompts(prompts)
         self.prefills += len(prompts)
         p_max = max(lengths)
         new_kv: KV = []
@@ -224,6 +267,32 @@ class RunningBatch:
             self.logits = torch.cat([self.logits, new_logits])
             self.next_pos = torch.cat([self.next_pos, new_pos])
         self.rows.extend(rows)
+
+    def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
+        """Prefill distinct prompts, running each shared or cached prefix through the model once."""
+        pc = self.prefix_cache
+        if pc is None or not pc.enabled:
+            self.prefill_tokens += sum(map(len, prompts))
+            return _prefill(self.model, prompts, self.device)
+        arrs = [as_tokens(p) for p in prompts]
+        bases = [pc.lookup(a, len(a) - 1) for a in arrs]
+        # Prefixes shared within this round that reach beyond what the cache gives: prefill each
+        # once (itself on top of any cached prefix), remember it, and use it for its members.
+        groups = [(g, users) for g, members in shared_prefixes(arrs, pc.min_tokens)
+                  if len(users := [u for u in members if bases[u][1] < g]) >= 2]
+        if groups:
+            heads = [prompts[users[0]][:g] for g, users in groups]
+            head_bases = [pc.lookup(as_tokens(h), len(h) - 1) for h in heads]
+            head_kv, _ = _prefill(self.model, heads, self.device, head_bases)
+            self.prefill_tokens += sum(len(h) - m for h, (_, m) in zip(heads, head_bases))
+            self.reused_tokens += sum(m for _, m in head_bases)
+            for (g, users), head, kv in zip(groups, heads, head_kv):
+                pc.add(as_tokens(head), kv)
+                for u in users:
+                    bases[u] = (kv, g)
+        self.prefill_tokens += sum(len(p) - m for p, (_, m) in zip(prompts, bases))
+        self.reused_tokens += sum(m for _, m in bases)
+        return _prefill(self.model, prompts, self.device, bases)
 
     def drop(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep` (finished or abandoned rows leave)."""

@@ -1,0 +1,175 @@
+"""Cross-request prefix KV cache for `HFSampler` (used by `hf_decode.RunningBatch.admit`).
+
+Agent prompts share long token prefixes: every prompt of an environment starts
+with the same system prompt, tool instructions and worked examples, the
+episodes of one GRPO group share their task question, and turn k+1 of an
+episode starts with turn k's prompt. Prefill of those prefixes dominates
+sampling on a CPU. `PrefixCache` keeps the key/value tensors of recently used
+shared prefixes so that a later prompt only prefills what follows the longest
+cached match.
+
+An entry serves any prompt whose *longest common prefix* with it is at least
+`min_tokens` long: its KV is sliced to that length (KV at position i depends
+only on tokens 0..i), so one entry "system + examples + question A" also serves
+"system + examples + question B".
+
+Staleness: KV is a function of the weights. The cache remembers the `key` it
+was filled under (the sampler's policy version, an invalidation counter, and a
+fingerprint of the parameters) and empties itself whenever `validate` sees a
+different one. Memory is bounded by `max_tokens` cached positions in total,
+evicting least recently used entries first.
+
+Shape legend: H kv heads, T entry length, D head dim.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [rows, H, T, D]
+
+
+@dataclass
+class CacheEntry:
+    tokens: np.ndarray  # [T] int64
+    kv: KV
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+
+
+def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two 1-D int arrays."""
+    n = min(a.shape[0], b.shape[0])
+    if n == 0:
+        return 0
+    eq = a[:n] == b[:n]
+    return n if bool(eq.all()) else int(np.argmin(eq))
+
+
+def as_tokens(ids: Sequence[int]) -> np.ndarray:
+    return np.asarray(ids, dtype=np.int64)
+
+
+class PrefixCache:
+    """LRU of prefix KV caches, bounded by total cached positions; see the module docstring."""
+
+    def __init__(self, max_tokens: int = 4096, min_tokens: int = 64) -> None:
+        if max_tokens < 0 or min_tokens < 1:
+            raise ValueError(f"PrefixCache needs max_tokens >= 0 and min_tokens >= 1, got {max_tokens}, {min_tokens}")
+        self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # oldest use first
+        self._next_id = 0
+        self._key: Hashable = None
+        self.stats = {"hits": 0, "hit_tokens": 0, "stored": 0, "evicted": 0, "cleared": 0}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_tokens >= self.min_tokens
+
+    @property
+    def tokens(self) -> int:
+        """Cached positions in total (what `max_tokens` bounds)."""
+        return sum(len(e) for e in self._entries.values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        if self._entries:
+            self.stats["cleared"] += 1
+        self._entries.clear()
+
+    def validate(self, key: Hashable) -> None:
+        """Empty the cache unless it was filled under this same `key` (weights unchanged)."""
+        if key != self._key:
+            self.clear()
+            self._key = key
+
+    def lookup(self, tokens: np.ndarray, limit: int) -> tuple[KV | None, int]:
+        """The KV of the longest cached prefix of `tokens[:limit]` (at least `min_tokens` long), and its
+        length; (None, 0) if none. The returned tensors are views: read them, never write."""
+        best_id, best = None, 0
+        for eid, entry in self._entries.items():
+            m = common_prefix_len(entry.tokens, tokens[:limit])
+            if m > best:
+                best_id, best = eid, m
+        if best_id is None or best < self.min_tokens:
+            return None, 0
+        entry = self._entries[best_id]
+        self._entries.move_to_end(best_id)
+        self.stats["hits"] += 1
+        self.stats["hit_tokens"] += best
+        return [(k[:, :, :best], v[:, :, :best]) for k, v in entry.kv], best
+
+    def add(self, tokens: np.ndarray, kv: KV) -> bool:
+        """Remember `kv` as the cache of `tokens`; returns whether it was stored.
+
+        An entry that already covers `tokens` is refreshed instead; entries that are
+        prefixes of `tokens` are dropped (the new one serves all their prompts)."""
+        n = int(tokens.shape[0])
+        if not self.enabled or n < self.min_tokens or n > self.max_tokens:
+            return False
+        for eid, entry in list(self._entries.items()):
+            m = common_prefix_len(entry.tokens, tokens)
+            if m == n:  # already covered
+                self._entries.move_to_end(eid)
+                return False
+            if m == len(entry):  # the old entry is a prefix of the new one
+                del self._entries[eid]
+        # Own, compact storage: the inputs may be views into a whole batch's cache.
+        self._entries[self._next_id] = CacheEntry(tokens.copy(), [(k.contiguous(), v.contiguous()) for k, v in kv])
+        self._next_id += 1
+        self.stats["stored"] += 1
+        total = self.tokens
+        while total > self.max_tokens:
+            _, old = self._entries.popitem(last=False)
+            total -= len(old)
+            self.stats["evicted"] += 1
+        return True
+
+
+def shared_prefixes(prompts: list[np.ndarray], min_tokens: int) -> list[tuple[int, list[int]]]:
+    """Groups of at least two prompts sharing a prefix of at least `min_tokens` tokens.
+
+    Returns (prefix length, member indices) per group. Sorting the prompts
+    lexicographically puts prompts with long common prefixes next to each other;
+    a group is a maximal run whose neighbours share `min_tokens`, and its prefix
+    is the smallest neighbour LCP in the run (the LCP of the whole run). The
+    prefix stops at least one token short of every member, so each member still
+    has a suffix whose last position yields its next-token logits."""
+    order = sorted(range(len(prompts)), key=lambda u: prompts[u].tolist())
+    groups: list[tuple[int, list[int]]] = []
+    run: list[int] = [order[0]] if order else []
+    run_lcp = 1 << 62
+    for prev, u in zip(order, order[1:]):
+        m = common_prefix_len(prompts[prev], prompts[u])
+        if m >= min_tokens:
+            run.append(u)
+            run_lcp = min(run_lcp, m)
+            continue
+        if len(run) > 1:
+            groups.append((run_lcp, run))
+        run, run_lcp = [u], 1 << 62
+    if len(run) > 1:
+        groups.append((run_lcp, run))
+    out = []
+    for g, members in groups:
+        g = min(g, min(prompts[u].shape[0] for u in members) - 1)
+        if g >= min_tokens:
+            out.append((g, sorted(members)))
+    return out

@@ -1,0 +1,187 @@
+"""Cross-request prefix KV cache: exactness vs the uncached path, reuse, invalidation, memory bound."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from agentrft.samplers.base import SampleRequest, SamplingParams
+from agentrft.samplers.hf import HFSampler
+from agentrft.samplers.prefix_cache import PrefixCache, common_prefix_len, shared_prefixes
+from agentrft.samplers.policies import tiny_model_and_tokenizer
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
+SYSTEM = ("You are a careful financial analyst. Use the calculator tool for every arithmetic step, "
+          "then give the final answer on its own line. Example: revenue grew from 120 to 150, so the "
+          "growth is (150 - 120) / 120 = 25%. Example: costs fell from 80 to 60, a 25% decrease.")
+
+
+@pytest.fixture(scope="module")
+def model_tok():  # noqa: ANN201
+    return tiny_model_and_tokenizer(seed=0)
+
+
+def make(model_tok, **kw) -> HFSampler:  # noqa: ANN001
+    model, tok = model_tok
+    return HFSampler(model, tok, "tiny", prefix_min_tokens=kw.pop("prefix_min_tokens", 16), **kw)
+
+
+def run(coro):  # noqa: ANN001, ANN201
+    return asyncio.run(coro)
+
+
+async def _gather(s: HFSampler, reqs: list[SampleRequest]):  # noqa: ANN202
+    return await asyncio.gather(*(s.sample(r) for r in reqs))
+
+
+def prompts(s: HFSampler, questions: list[str]) -> list[list[int]]:
+    return [s.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]) for q in questions]
+
+
+QUESTIONS = ["What was the growth of net income?", "Compute the margin for 2019.",
+             "By how much did debt fall?", "Ratio of assets to liabilities?", "What is 17% of 230?"]
+
+
+def assert_same(a, b) -> None:  # noqa: ANN001
+    assert a.token_ids == b.token_ids
+    assert a.finish_reason == b.finish_reason
+    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_helpers_hand_computed() -> None:
+    a, b = np.array([1, 2, 3, 4]), np.array([1, 2, 9])
+    assert common_prefix_len(a, b) == 2 and common_prefix_len(a, a) == 4 and common_prefix_len(a, a[:0]) == 0
+    ps = [np.array(x) for x in ([5, 1, 2, 3, 7], [9, 9], [1, 2, 3, 4], [1, 2, 3, 5, 6], [5, 1, 2, 8])]
+    # [1,2,3,4] & [1,2,3,5,6] share 3; [5,1,2,3,7] & [5,1,2,8] share 3; [9,9] alone
+    assert shared_prefixes(ps, 3) == [(3, [2, 3]), (3, [0, 4])]
+    assert shared_prefixes(ps, 4) == []
+    # a prefix stops one token short of its shortest member
+    assert shared_prefixes([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], 2) == [(2, [0, 1])]
+
+
+def test_shared_prefix_equals_one_at_a_time(model_tok) -> None:  # noqa: ANN001
+    cached = make(model_tok)
+    plain = make(model_tok, prefix_cache_tokens=0)
+    ps = prompts(cached, QUESTIONS)
+    assert min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps[1:]) >= 40
+    params = [GREEDY, SamplingParams(temperature=1.0, top_p=0.9, max_tokens=10, seed=3)]
+    reqs = [SampleRequest(p, params[i % 2]) for i, p in enumerate(ps)]
+    alone = [run(plain.sample(r)) for r in reqs]
+    got = run(_gather(cached, reqs))
+    assert cached.stats["admissions"] == 1  # admitted together: the shared prefix came from this round
+    assert cached.stats["reused_tokens"] > 0 and len(cached.prefix_cache) == 1
+    g = cached.prefix_cache.tokens  # the shared prefix, prefilled once, used by all five
+    assert g == min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps[1:])
+    assert cached.stats["reused_tokens"] == 5 * g
+    assert cached.stats["prefill_tokens"] == sum(map(len, ps)) - 4 * g
+    for a, b in zip(alone, got):
+        assert_same(a, b)
+    # and both equal a full-sequence forward pass of the uncached model
+    res = got[0]
+    with torch.no_grad():
+        logp = torch.log_softmax(cached.model(torch.tensor([ps[0] + res.token_ids])).logits[0], -1)
+    n = len(ps[0])
+    ref = logp[n - 1:n - 1 + len(res.token_ids)].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(res.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_cache_reused_across_rounds_and_turns(model_tok) -> None:  # noqa: ANN001
+    cached = make(model_tok)
+    plain = make(model_tok, prefix_cache_tokens=0)
+    ps = prompts(cached, QUESTIONS)
+    run(_gather(cached, [SampleRequest(p, GREEDY) for p in ps[:2]]))  # round 1 stores the shared prefix
+    stored = cached.prefix_cache.tokens
+    assert stored >= 40
+    # round 2: one new prompt alone, a later "turn" extending a round-1 prompt, and two of mixed lengths
+    turn2 = ps[0] + cached.render([{"role": "user", "content": "and in 2020?"}], add_generation_prompt=True)
+    for p in [ps[2], turn2, ps[3]]:
+        before = cached.stats["reused_tokens"]
+        got = run(cached.sample(SampleRequest(p, GREEDY)))
+        assert cached.stats["reused_tokens"] - before >= stored  # prefilled only after the cached prefix
+        assert_same(run(plain.sample(SampleRequest(p, GREEDY))), got)
+    mixed = [SampleRequest(ps[4], GREEDY), SampleRequest(turn2[:-3], GREEDY), SampleRequest(ps[1][:30], GREEDY)]
+    got = run(_gather(cached, mixed))
+    for r, g in zip(mixed, got):
+        assert_same(run(plain.sample(r)), g)
+    assert cached.prefix_cache.stats["hits"] >= 4
+
+
+def test_weight_change_invalidates(model_tok) -> None:  # noqa: ANN001
+    model, tok = tiny_model_and_tokenizer(seed=1)
+    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16)
+    ps = prompts(s, QUESTIONS[:3])
+
+    def fill() -> None:  # two prompts admitted together store their shared prefix
+        run(_gather(s, [SampleRequest(p, GREEDY) for p in ps[:2]]))
+        assert len(s.prefix_cache) == 1
+
+    fill()
+    w = model.model.layers[0].self_attn.k_proj.weight
+
+    def fresh_reference(p: list[int]):  # noqa: ANN202 - what an uncached sampler says now
+        return run(HFSampler(model, tok, "tiny", prefix_cache_tokens=0).sample(SampleRequest(p, GREEDY)))
+
+    old = fresh_reference(ps[2])
+    # 1) in place, no lock, no version bump: the parameter's version counter changes
+    with torch.no_grad():
+        w.mul_(3.0)
+    new = fresh_reference(ps[2])
+    assert new.logprobs != pytest.approx(old.logprobs, abs=1e-3)  # the change matters
+    assert_same(new, run(s.sample(SampleRequest(ps[2], GREEDY))))
+    # 2) through .data (invisible to version counters), no lock, no version bump: the value sample
+    fill()
+    w.data.mul_(0.5)
+    assert_same(fresh_reference(ps[1]), run(s.sample(SampleRequest(ps[1], GREEDY))))
+    # 3) under the trainer's lock with policy_version bumped; 4) under exclusive(); 5) invalidate_cache()
+    for how in ("lock", "exclusive", "explicit"):
+        fill()
+        cleared = s.prefix_cache.stats["cleared"]
+        if how == "lock":
+            with s.model_lock:
+                w.data.mul_(1.5)
+                s.policy_version += 1
+        elif how == "exclusive":
+            with s.exclusive():
+                w.data.mul_(0.8)
+        else:
+            w.data[0, 0] += 0.0  # nothing detectable changes: only the explicit call clears
+            s.invalidate_cache()
+        got = run(s.sample(SampleRequest(ps[2], GREEDY)))
+        assert s.prefix_cache.stats["cleared"] == cleared + 1, how
+        assert_same(fresh_reference(ps[2]), got)
+
+
+def test_memory_bound_and_lru(model_tok) -> None:  # noqa: ANN001
+    model, tok = model_tok
+    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16, prefix_cache_tokens=120)
+    systems = [f"System prompt number {i}. " + SYSTEM for i in range(3)]
+    for sysmsg in systems:
+        ps = [s.render([{"role": "system", "content": sysmsg}, {"role": "user", "content": q}]) for q in QUESTIONS[:2]]
+        run(_gather(s, [SampleRequest(p, GREEDY) for p in ps]))
+        assert s.prefix_cache.tokens <= 120
+    entry_len = s.prefix_cache.tokens // len(s.prefix_cache)
+    assert len(s.prefix_cache) == 120 // entry_len < 3 and s.prefix_cache.stats["evicted"] >= 1
+    layers, kv_heads, head_dim = 2, 2, 16
+    assert s.prefix_cache.nbytes == s.prefix_cache.tokens * layers * 2 * kv_heads * head_dim * 4
+    # the newest entry is kept; a prefix longer than the whole budget is never stored
+    pc = PrefixCache(max_tokens=10, min_tokens=2)
+    kv = [(torch.zeros(1, 1, 11, 2), torch.zeros(1, 1, 11, 2))]
+    assert not pc.add(np.arange(11), kv) and pc.tokens == 0
+    assert pc.add(np.arange(4), [(k[:, :, :4], v[:, :, :4]) for k, v in kv])
+    assert pc.add(np.arange(6), [(k[:, :, :6], v[:, :, :6]) for k, v in kv]) and pc.tokens == 6  # replaced
+    assert not pc.add(np.arange(5), kv)  # covered by the 6-token entry
+    assert pc.add(np.arange(100, 105), [(k[:, :, :5], v[:, :, :5]) for k, v in kv])
+    assert pc.tokens == 5 and pc.lookup(np.arange(6), 6)[1] == 0  # the older entry was evicted
+    got, m = pc.lookup(np.array([100, 101, 102, 7]), 3)
+    assert m == 3 and got is not None and got[0][0].shape == (1, 1, 3, 2)
+
+
+def test_disabled_cache_takes_the_plain_path(model_tok) -> None:  # noqa: ANN001
+    s = make(model_tok, prefix_cache_tokens=0)
+    ps = prompts(s, QUESTIONS[:3])
+    run(_gather(s, [SampleRequest(p, GREEDY) for p in ps]))
+    assert s.stats["reused_tokens"] == 0 and s.stats["prefill_tokens"] == sum(map(len, ps))
+    assert len(s.prefix_cache) == 0
