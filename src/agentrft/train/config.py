@@ -103,6 +103,16 @@ class OptimizerConfig(_Cfg):
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")
     logprob_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk")
+    shared_prefix: bool = Field(
+        default=True,
+        description="run each common token prefix (a group's prompt) once per micro-batch, as a prefix tree with a "
+                    "4D attention mask; exact (same log-probs, loss and gradients up to float rounding)",
+    )
+    shared_prefix_row_tokens: int = Field(
+        default=2048, ge=1,
+        description="most packed tokens per prefix-tree row; attention cost grows with its square, and a group "
+                    "that does not fit is split (each part recomputes its prefix, still exact)",
+    )
 
 
 class EvalConfig(_Cfg):

@@ -74,7 +74,24 @@ def sampled_logprobs(
     body, head = _body_and_head(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)  # token t+1 is predicted from position t
-    h = hidden[b_idx, t_idx]  # (M, H)
+    return head_logprobs(head, hidden[b_idx, t_idx], input_ids, b_idx, t_idx, chunk_size=chunk_size,
+                         with_entropy=with_entropy, use_checkpoint=use_checkpoint, temperature=temperature)
+
+
+def head_logprobs(
+    head: Any,
+    h: Tensor,
+    input_ids: Tensor,
+    b_idx: Tensor,
+    t_idx: Tensor,
+    *,
+    chunk_size: int,
+    with_entropy: bool,
+    use_checkpoint: bool,
+    temperature: float,
+) -> tuple[Tensor, Tensor]:
+    """Chunked ``lm_head`` on the M predicting hidden states ``h`` (M, H); token ``input_ids[b_idx, t_idx + 1]``
+    is the target of ``h[m]``. Returns (B, T) log-prob and entropy, 0 elsewhere (shared with `shared_prefix`)."""
     targets = input_ids[b_idx, t_idx + 1]  # (M,)
     lps: list[Tensor] = []
     ents: list[Tensor] = []

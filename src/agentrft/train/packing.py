@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from agentrft.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentrft.train.shared_prefix import PrefixTreeRows
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,12 @@ class MicroBatch:
     advantages: Tensor
     seq_index: list[int]
     old_logprobs: Tensor | None = None  # filled by the trainer when updates_per_batch > 1
+    shared: PrefixTreeRows | None = None  # prefix-tree packing of the same sequences (see shared_prefix.py)
+
+    @property
+    def num_forward_tokens(self) -> int:
+        """Tokens the model actually runs: the packed prefix tree if any, else every sequence's tokens."""
+        return self.shared.num_tokens if self.shared is not None else int(self.attention_mask.sum())
 
     @property
     def num_loss_tokens(self) -> int:

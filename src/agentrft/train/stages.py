@@ -140,4 +140,9 @@ def advantage_stage(groups: list[list[Trajectory]], algo: AlgorithmConfig) -> tu
 def pack_stage(trajs: list[Trajectory], per_token: list[list[float]], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
     seqs = [to_sequence(i, t, a) for i, (t, a) in enumerate(zip(trajs, per_token, strict=True))
             if t.tokens is not None and t.tokens.num_sampled > 0]
-    return micro_batches(seqs, cfg.optimizer.micro_batch_tokens, pad_id)
+    o = cfg.optimizer
+    if o.shared_prefix:
+        from agentrft.train.shared_prefix import shared_prefix_micro_batches
+
+        return shared_prefix_micro_batches(seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id)
+    return micro_batches(seqs, o.micro_batch_tokens, pad_id)

@@ -9,6 +9,10 @@ current ones detached, so every ratio is exactly 1 and the clipped objective
 reduces to the plain policy gradient (the sampler's own log-probs, which may differ
 by numerics, enter only through the optional truncated IS weight). With more
 updates per batch, old log-probs come from one no-grad pass before the first step.
+
+A micro-batch packed as a prefix tree (``optimizer.shared_prefix``, see shared_prefix.py)
+runs its shared prompt tokens once; the loss sees the same (B, T) per-sequence tensors
+either way, so the aggregation and its global denominators do not change.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from agentrft.algos import aggregate, clipped_pg_loss
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import MicroBatch
+from agentrft.train.shared_prefix import shared_prefix_logprobs
 
 
 def bf16_supported() -> bool:
@@ -69,15 +74,23 @@ def lr_lambda(opt: OptimizerConfig, total_steps: int) -> Any:
     return f
 
 
+def batch_logprobs(model: Any, mb: MicroBatch, *, chunk: int, temperature: float,
+                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) log-probs and entropy of ``mb``'s sampled tokens: on its prefix-tree packing if it has one."""
+    if mb.shared is not None:
+        return shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=chunk,
+                                      with_entropy=with_entropy, temperature=temperature)
+    return sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, chunk_size=chunk,
+                            with_entropy=with_entropy, temperature=temperature)
+
+
 def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, temperature: float) -> torch.Tensor:
     """Reference log-probs: a frozen copy, or (LoRA) the same model with the adapter disabled."""
     with torch.no_grad():
         if ref_model is not None:
-            return sampled_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                                    chunk_size=chunk, with_entropy=False, temperature=temperature)[0]
+            return batch_logprobs(ref_model, mb, chunk=chunk, temperature=temperature, with_entropy=False)[0]
         with model.disable_adapter():
-            return sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                                    chunk_size=chunk, with_entropy=False, temperature=temperature)[0]
+            return batch_logprobs(model, mb, chunk=chunk, temperature=temperature, with_entropy=False)[0]
 
 
 def policy_update(
@@ -104,9 +117,8 @@ def policy_update(
     if algo.updates_per_batch > 1:
         with torch.no_grad(), _autocast(precision):
             for mb in batches:
-                mb.old_logprobs = sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                                                   chunk_size=opt.logprob_chunk, with_entropy=False,
-                                                   temperature=temperature)[0]
+                mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, temperature=temperature,
+                                                 with_entropy=False)[0]
     sums: dict[str, float] = {}
     loss_total = 0.0
     grad_norm = 0.0
@@ -114,8 +126,7 @@ def policy_update(
         optimizer.zero_grad(set_to_none=True)
         for mb in batches:
             with _autocast(precision):
-                logp, ent = sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-                                             chunk_size=opt.logprob_chunk, temperature=temperature)
+                logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, temperature=temperature)
             old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
             ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, temperature) if algo.kl_coef > 0 else None
             per_token, m = clipped_pg_loss(
@@ -138,6 +149,8 @@ def policy_update(
     out = {k: v for k, v in sums.items()}
     out.update(loss=loss_total / algo.updates_per_batch, grad_norm=grad_norm, lr=scheduler.get_last_lr()[0],
                train_tokens=float(global_tokens), train_sequences=float(global_seqs),
-               train_forward_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
-               train_padded_tokens=float(sum(mb.input_ids.numel() for mb in batches)))
+               train_forward_tokens=float(sum(mb.num_forward_tokens for mb in batches)),
+               train_sequence_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
+               train_padded_tokens=float(sum((mb.shared.input_ids if mb.shared is not None else mb.input_ids).numel()
+                                             for mb in batches)))
     return out

@@ -1,0 +1,187 @@
+"""Shared-prefix updates: every common token prefix of a micro-batch runs through the model once.
+
+Follows the idea of Prefix Grouper (arXiv 2506.05433): the G samples of a GRPO group
+share a long prompt (system prompt, few-shot examples, question) and differ only in
+the tokens after it, so recomputing that prompt G times in the forward *and* the
+backward is waste. Where we depart from the paper: instead of splitting attention
+into a prefix part and a suffix part, sequences are packed as a *prefix tree* (a
+trie) in one row, and a 4D attention mask lets each token attend exactly to the
+tokens of its own sequence before it. That is more general than one shared prefix
+per group: multi-turn samples that agree on their first turns share those too, and
+groups share the system prompt with each other when they fall in the same row.
+
+Exactness: a token's hidden state depends only on the tokens it attends to and on
+its position id, and both are the same as in the sequence's own forward pass, so
+log-probs, losses and gradients equal the per-sample computation up to float
+summation order (tests/train/test_train_shared_prefix.py checks fp64 to 1e-10 and
+fp32 to 1e-5). The gradient of a shared token is the sum of what every sequence
+through it sends back, which autograd does by itself.
+
+Layout: the sequences of a row are sorted; in sorted order a sequence adds only the
+tokens after its longest common prefix with the previous one (the trie size is
+``sum_i len(s_i) - lcp(s_i, s_{i-1})``). Rows are cut greedily so that a packed row
+holds at most ``row_tokens`` tokens; a group that does not fit in one row is split,
+and each part recomputes its prefix - still exact (gradients add), only slower.
+Rows are then bucketed into micro-batches by the usual ``rows x longest <= budget``.
+
+Shape legend: B = sequences of a micro-batch, T = their longest length,
+R = packed rows, L = longest packed row, H = hidden size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from agentrft.train.logprobs import _body_and_head, head_logprobs
+from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
+
+
+@dataclass
+class PrefixTreeRows:
+    """Packed prefix-tree rows of one micro-batch and where each sequence's tokens sit in them."""
+
+    input_ids: Tensor  # (R, L)
+    position_ids: Tensor  # (R, L): a token's index in its own sequence
+    tree_mask: Tensor  # (R, 1, L, L) bool, True where query column may attend to key column
+    seq_row: Tensor  # (B,) packed row of each sequence
+    seq_cols: Tensor  # (B, T) column of token t of sequence b in its row (0 past the sequence's end)
+    num_tokens: int  # real (non-padding) packed tokens: what the model actually runs
+
+    def attention_mask_for(self, model: Any, dtype: torch.dtype) -> Tensor:
+        """The 4D mask as the model's attention wants it: bool for SDPA, additive float for eager."""
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", "sdpa")
+        if impl == "sdpa":
+            return self.tree_mask
+        return torch.zeros(self.tree_mask.shape, dtype=dtype).masked_fill(~self.tree_mask, torch.finfo(dtype).min)
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pack_prefix_tree(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]], pad_id: int = 0) -> PrefixTreeRows:
+    """Pack ``seqs`` (token lists, in micro-batch order) into ``rows`` (indices into ``seqs``, each row sorted)."""
+    n_seq = len(seqs)
+    width = max(len(s) for s in seqs)
+    seq_row = torch.zeros(n_seq, dtype=torch.long)
+    seq_cols = torch.zeros((n_seq, width), dtype=torch.long)
+    row_ids: list[list[int]] = []
+    row_pos: list[list[int]] = []
+    cols_of: dict[int, list[int]] = {}
+    for r, row in enumerate(rows):
+        ids: list[int] = []
+        pos: list[int] = []
+        prev: Sequence[int] = ()
+        prev_cols: list[int] = []
+        for j in row:
+            s = seqs[j]
+            shared = common_prefix_len(prev, s)
+            cols = prev_cols[:shared] + list(range(len(ids), len(ids) + len(s) - shared))
+            ids += s[shared:]
+            pos += range(shared, len(s))
+            seq_row[j] = r
+            seq_cols[j, : len(s)] = torch.tensor(cols, dtype=torch.long)
+            cols_of[j] = cols
+            prev, prev_cols = s, cols
+        row_ids.append(ids)
+        row_pos.append(pos)
+    length = max(len(ids) for ids in row_ids)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(rows), length), dtype=torch.long)
+    mask = torch.zeros((len(rows), 1, length, length), dtype=torch.bool)
+    for r, (ids, pos) in enumerate(zip(row_ids, row_pos, strict=True)):
+        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        position_ids[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+        # padding columns attend to themselves only: a query that sees no key would make SDPA emit NaN,
+        # and 0 * NaN in the backward poisons weight gradients even though no loss reads those columns
+        pad = torch.arange(len(ids), length)
+        mask[r, 0, pad, pad] = True
+    for j, cols in cols_of.items():
+        c = torch.tensor(cols, dtype=torch.long)
+        causal = torch.ones(len(cols), len(cols), dtype=torch.bool).tril()
+        # a shared column is written by every sequence through it, always with the same ancestors (trie property)
+        mask[int(seq_row[j]), 0, c[:, None], c[None, :]] |= causal
+    return PrefixTreeRows(input_ids, position_ids, mask, seq_row, seq_cols, sum(len(ids) for ids in row_ids))
+
+
+def plan_rows(token_lists: Sequence[Sequence[int]], row_tokens: int) -> list[list[int]]:
+    """Rows of sequence indices: all sequences sorted by content, cut greedily at ``row_tokens`` packed tokens."""
+    if row_tokens < 1:
+        raise ValueError(f"row_tokens must be >= 1, got {row_tokens}")
+    order = sorted(range(len(token_lists)), key=lambda i: (list(token_lists[i]), i))
+    rows: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in order:
+        s = token_lists[i]
+        add = len(s) - common_prefix_len(token_lists[current[-1]], s) if current else len(s)
+        if current and used + add > row_tokens:
+            rows.append(current)
+            current, used, add = [], 0, len(s)
+        current.append(i)
+        used += add
+    if current:
+        rows.append(current)
+    return rows
+
+
+def packed_row_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> int:
+    return sum(len(token_lists[j]) - (common_prefix_len(token_lists[row[k - 1]], token_lists[j]) if k else 0)
+               for k, j in enumerate(row))
+
+
+def shared_prefix_micro_batches(
+    seqs: Sequence[PackedSequence], max_tokens: int, row_tokens: int, pad_id: int = 0
+) -> list[MicroBatch]:
+    """Micro-batches whose ``.shared`` holds the prefix-tree packing; rows x longest packed row <= ``max_tokens``."""
+    tokens = [s.input_ids for s in seqs]
+    rows = plan_rows(tokens, min(row_tokens, max_tokens))
+    plan = plan_micro_batches([packed_row_len(tokens, row) for row in rows], max_tokens)
+    out: list[MicroBatch] = []
+    for group in plan:
+        members = [seqs[j] for r in group for j in rows[r]]
+        mb = collate(members, pad_id)
+        local_rows: list[list[int]] = []
+        k = 0
+        for r in group:
+            local_rows.append(list(range(k, k + len(rows[r]))))
+            k += len(rows[r])
+        mb.shared = pack_prefix_tree([m.input_ids for m in members], local_rows, pad_id)
+        out.append(mb)
+    return out
+
+
+def shared_prefix_logprobs(
+    model: Any,
+    rows: PrefixTreeRows,
+    input_ids: Tensor,
+    loss_mask: Tensor,
+    *,
+    chunk_size: int = 1024,
+    with_entropy: bool = True,
+    use_checkpoint: bool = True,
+    temperature: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Same contract as `logprobs.sampled_logprobs` ((B, T) outputs aligned with ``input_ids``), computed on the
+    packed rows: token t+1 of sequence b is predicted from the hidden state at column ``seq_cols[b, t]``."""
+    if input_ids.shape != loss_mask.shape:
+        raise ValueError("input_ids and loss_mask must have the same shape (B, T)")
+    if bool(loss_mask[:, 0].any()):
+        raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
+    body, head = _body_and_head(model)
+    dtype = next(body.parameters()).dtype
+    hidden = body(input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype),
+                  position_ids=rows.position_ids).last_hidden_state  # (R, L, H)
+    b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
+    h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
+    return head_logprobs(head, h, input_ids, b_idx, t_idx, chunk_size=chunk_size, with_entropy=with_entropy,
+                         use_checkpoint=use_checkpoint, temperature=temperature)
