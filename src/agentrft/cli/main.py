@@ -16,6 +16,7 @@ app = typer.Typer(
 # (each module defines `register(app: typer.Typer) -> None`)
 _COMMAND_MODULES: list[str] = [
     "check",
+    "demo",
     "eval",
     "export",
     "finqa",

@@ -1,0 +1,55 @@
+"""`agentrft demo [--quick]`: baseline eval, GRPO on CPU, eval again, report (see agentrft.demo)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+
+def demo_cmd(
+    quick: bool = typer.Option(False, "--quick", help="A few minutes: tiny evals and 2 training steps (CI smoke run)."),
+    run_dir: Path = typer.Option(None, "--run-dir", help="Where the store, metrics, checkpoints and report go."),
+    set_: list[str] = typer.Option([], "--set", help="Override a training option, e.g. --set steps=20 (repeatable)."),
+    eval_tasks: int = typer.Option(None, "--eval-tasks", min=1, help="Held-out tasks per eval (default 32; quick 6)."),
+    eval_samples: int = typer.Option(None, "--eval-samples", min=1, help="Samples per task (default 4; quick 2)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the before/after summary as JSON."),
+) -> None:
+    """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrft.demo import DemoSettings, run_demo
+    from agentrft.train.config import ConfigError
+
+    settings = DemoSettings.preset(quick)
+    if eval_tasks is not None:
+        settings.eval_tasks = eval_tasks
+    if eval_samples is not None:
+        settings.eval_samples = eval_samples
+    run_dir = run_dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        result = run_demo(run_dir, settings, list(set_), progress=not as_json)
+    except ConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result.summary()))
+        return
+    table = Table(title=f"finqa-lite held-out, before vs after {result.train_steps} GRPO steps")
+    for col in ("metric", "before", "after"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    for row in result.table_rows():
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    console.print(f"wall time {result.seconds['total']:.0f} s "
+                  f"(baseline eval {result.seconds['eval_baseline']:.0f} s, training {result.seconds['train']:.0f} s, "
+                  f"final eval {result.seconds['eval_final']:.0f} s)")
+    console.print(f"run dir {run_dir}  ·  report {run_dir / 'report.html'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)
