@@ -83,18 +83,28 @@ def test_lr_schedule():
 
 
 @pytest.mark.skipif(not U.bf16_supported(), reason="this CPU runs no bf16 matmul")
-def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely():
-    seqs = _seqs()
+@pytest.mark.parametrize("shared_prefix", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely(shared_prefix, seed):
+    """Stated tolerance: one bf16-autocast SGD update is within 2% (relative L2) of the fp32 update, cosine
+    > 0.9995 (measured on this tiny model: ~0.4% and 0.99999); the on-policy loss agrees to 1e-6."""
+    from agentrft.train.shared_prefix import shared_prefix_micro_batches
+
+    seqs = _seqs(seed=seed)
     algo = AlgorithmConfig()
     opt_cfg = OptimizerConfig(grad_clip=1e9)
-    grads = {}
+    updates, losses = {}, {}
     for name, prec in (("fp32", None), ("bf16", torch.bfloat16)):
-        model = tiny_llama(dtype=torch.float32)
+        model = tiny_llama(seed=seed, dtype=torch.float32)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         before = [p.detach().clone() for p in model.parameters()]
-        U.policy_update(model, opt, sched, micro_batches(seqs, 64), algo, opt_cfg, precision=prec)
-        assert all(p.dtype == torch.float32 for p in model.parameters())
-        grads[name] = torch.cat([(b - p.detach()).flatten() for p, b in zip(model.parameters(), before, strict=True)])
-    cos = torch.nn.functional.cosine_similarity(grads["fp32"], grads["bf16"], dim=0)
-    assert float(cos) > 0.99
+        batches = shared_prefix_micro_batches(seqs, 64, 64) if shared_prefix else micro_batches(seqs, 64)
+        losses[name] = U.policy_update(model, opt, sched, batches, algo, opt_cfg, precision=prec)["loss"]
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
+        updates[name] = torch.cat([(b - p.detach()).flatten() for p, b in zip(model.parameters(), before, strict=True)])
+    ref, got = updates["fp32"], updates["bf16"]
+    rel = float((got - ref).norm() / ref.norm())
+    assert 1e-5 < rel < 0.02  # > 1e-5: autocast really ran in bf16
+    assert float(torch.nn.functional.cosine_similarity(ref, got, dim=0)) > 0.9995
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=1e-6)
