@@ -185,3 +185,28 @@ def test_disabled_cache_takes_the_plain_path(model_tok) -> None:  # noqa: ANN001
     run(_gather(s, [SampleRequest(p, GREEDY) for p in ps]))
     assert s.stats["reused_tokens"] == 0 and s.stats["prefill_tokens"] == sum(map(len, ps))
     assert len(s.prefix_cache) == 0
+
+
+def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:  # noqa: ANN001
+    from agentrft.samplers.hf_decode import _prefill
+
+    model, _ = model_tok
+    s = make(model_tok)
+    ps = prompts(s, QUESTIONS[:4])
+    ps[3] = s.render([{"role": "user", "content": "An unrelated prompt without a cached base."}])
+    dev = torch.device("cpu")
+    with torch.inference_mode():
+        full, last = _prefill(model, ps, dev)
+        # bases of different lengths (one from another prompt's cache, sliced), one row without a base
+        bases = [(None, 0)] * 4
+        bases[0] = ([(k[:, :, :20], v[:, :, :20]) for k, v in full[1]], 20)  # ps[1] shares >= 20 with ps[0]
+        bases[1] = ([(k[:, :, :35], v[:, :, :35]) for k, v in full[1]], 35)
+        n2 = len(ps[2]) - 1  # all but the last token
+        bases[2] = ([(k[:, :, :n2], v[:, :, :n2]) for k, v in full[2]], n2)
+        got, got_last = _prefill(model, ps, dev, bases)
+    assert torch.allclose(got_last, last, atol=1e-4, rtol=0)
+    for a, b, p in zip(full, got, ps):
+        assert len(a) == len(b) == 2
+        for (ka, va), (kb, vb) in zip(a, b):
+            assert ka.shape == kb.shape == (1, 2, len(p), 16)
+            assert torch.allclose(ka, kb, atol=1e-4) and torch.allclose(va, vb, atol=1e-4)

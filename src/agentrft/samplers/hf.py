@@ -19,7 +19,14 @@ included (finish "stop"); `text` is their decoding without that EOS. A stop
 string ends the reply at the token that completes it (finish "stop_string");
 the string stays in ids and text, together with any characters that same token
 carries after it. Identical prompts in flight together are prefilled once,
-whatever their `group_key`. Unseeded requests get a seed derived from
+whatever their `group_key`; prompts admitted together that share a long token
+prefix (the environment's system prompt and examples, a group's question) have
+that prefix prefilled once, and it stays in a small LRU prefix KV cache
+(`prefix_cache_tokens` positions; 0 turns it off) that later admissions and
+later turns reuse (see `prefix_cache`). The cache empties whenever the weights
+may have changed: `policy_version` changes, `exclusive()` or `model_lock` is
+taken by another thread, a parameter is updated in place or replaced, or
+`invalidate_cache()` is called. Unseeded requests get a seed derived from
 `reseed()`'s seed and the prompt, so reruns match whatever the arrival order.
 """
 

@@ -6,7 +6,10 @@ A `RunningBatch` holds the rows being decoded and their KV cache:
   similar length (left padded, at most 20% padding, so prompt lengths that
   differ a lot, as they do across agent turns, waste little compute).
   Requests with an identical prompt (a GRPO group asking for G samples of one
-  task) share that prefill: its KV cache is copied to each row.
+  task) share that prefill: its KV cache is copied to each row. With a
+  `PrefixCache`, prompts sharing a long prefix with each other or with a cached
+  entry prefill only their suffix on top of that prefix's KV (the prefix itself
+  prefilled once per round, then cached).
   `logits_to_keep=1` skips the vocabulary projection for all but the last
   prompt position. The new rows join the running ones in one left-padded cache
   with an attention mask that hides the padding, and explicit position ids so
