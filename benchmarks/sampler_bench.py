@@ -8,8 +8,9 @@ tokens up to and including EOS. A second HFSampler figure uses one shared prompt
 for all N (a GRPO group) to show the prefill sharing. The agent-shaped case gives
 the N prompts one ~400-token shared prefix (system prompt, tool instructions,
 worked examples) and distinct ~60-token questions, sampled with the prefix KV
-cache off and on (each on a fresh cache); the other cases run with it off, as before it existed. `--cold` also times the GGUF
-conversion into a fresh temporary cache. Prints figures; asserts nothing.
+cache off and on (each on a fresh cache); the other cases run with it off, as
+before it existed. `--cold` also times the GGUF conversion into a fresh
+temporary cache. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.prefix_cache import PrefixCache, common_prefix_len, shared_prefixes
+from agentrft.samplers.prefix_cache import PrefixCache, SharedPrefix, common_prefix_len, shared_prefixes
 from agentrft.samplers.policies import tiny_model_and_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
@@ -56,10 +56,15 @@ def test_helpers_hand_computed() -> None:
     assert common_prefix_len(a, b) == 2 and common_prefix_len(a, a) == 4 and common_prefix_len(a, a[:0]) == 0
     ps = [np.array(x) for x in ([5, 1, 2, 3, 7], [9, 9], [1, 2, 3, 4], [1, 2, 3, 5, 6], [5, 1, 2, 8])]
     # [1,2,3,4] & [1,2,3,5,6] share 3; [5,1,2,3,7] & [5,1,2,8] share 3; [9,9] alone
-    assert shared_prefixes(ps, 3) == [(3, [2, 3]), (3, [0, 4])]
+    assert shared_prefixes(ps, 3) == [SharedPrefix(3, [2, 3], None), SharedPrefix(3, [0, 4], None)]
     assert shared_prefixes(ps, 4) == []
     # a prefix stops one token short of its shortest member
-    assert shared_prefixes([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], 2) == [(2, [0, 1])]
+    assert shared_prefixes([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], 2) == [SharedPrefix(2, [0, 1], None)]
+    # a tree: all four share 4 tokens; A, B share 8 (a child); C, D share 5 (extends the root by 1)
+    a, b, c, d = (np.array([1] * 4 + t) for t in ([2, 2, 2, 2, 7], [2, 2, 2, 2, 8], [3, 3], [3, 4]))
+    assert shared_prefixes([d, b, c, a], 4) == [SharedPrefix(4, [0, 1, 2, 3], None), SharedPrefix(8, [1, 3], 0),
+                                                SharedPrefix(5, [0, 2], 0)]
+    assert shared_prefixes([d, b, c, a], 8) == [SharedPrefix(8, [1, 3], None)]  # C, D share only 5
 
 
 def test_shared_prefix_equals_one_at_a_time(model_tok) -> None:  # noqa: ANN001
@@ -210,3 +215,23 @@ def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:  # noqa
         for (ka, va), (kb, vb) in zip(a, b):
             assert ka.shape == kb.shape == (1, 2, len(p), 16)
             assert torch.allclose(ka, kb, atol=1e-4) and torch.allclose(va, vb, atol=1e-4)
+
+
+def test_nested_shared_prefixes_in_one_round(model_tok) -> None:  # noqa: ANN001
+    cached = make(model_tok)
+    plain = make(model_tok, prefix_cache_tokens=0)
+    base = prompts(cached, QUESTIONS[:2])  # share the system prompt
+    follow = [cached.render([{"role": "user", "content": t}]) for t in ("And in 2020? Show the steps please.",
+                                                                       "Why is that? Explain it briefly.")]
+    ps = [b + f for b in base for f in follow]  # two later turns per first turn: a two-level tree
+    reqs = [SampleRequest(p, GREEDY) for p in ps]
+    got = run(_gather(cached, reqs))
+    for r, g in zip(reqs, got):
+        assert_same(run(plain.sample(r)), g)
+    root = min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps)
+    kids = [common_prefix_len(np.array(ps[0]), np.array(ps[1])), common_prefix_len(np.array(ps[2]), np.array(ps[3]))]
+    assert cached.prefix_cache.stats["stored"] == 3  # root, then both children (which replace it)
+    assert sorted(len(e) for e in cached.prefix_cache._entries.values()) == sorted(kids)
+    # the root once, each child on top of it once, then every prompt's own suffix
+    assert cached.stats["prefill_tokens"] == root + sum(k - root for k in kids) + sum(
+        len(p) - kids[i // 2] for i, p in enumerate(ps))

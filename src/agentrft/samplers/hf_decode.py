@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
-from agentrft.samplers.prefix_cache import KV, PrefixCache, as_tokens, shared_prefixes
+from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, shared_prefixes
 
 
 @dataclass
@@ -180,6 +180,26 @@ def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
     return caches, torch.stack(last)
 
 
+def _by_depth(tree: list[SharedPrefix]) -> list[list[int]]:
+    """Indices of the shared-prefix tree's nodes, grouped by depth (roots first)."""
+    depth: list[int] = []
+    for node in tree:
+        depth.append(0 if node.parent is None else depth[node.parent] + 1)
+    return [[i for i, d in enumerate(depth) if d == level] for level in range(max(depth, default=-1) + 1)]
+
+
+def _kept_ancestor(tree: list[SharedPrefix], i: int, heads: dict[int, tuple[KV, int]]) -> tuple[KV | None, int]:
+    """The KV of node i's nearest ancestor that was prefilled this round, if any."""
+    parent = tree[i].parent
+    while parent is not None and parent not in heads:
+        parent = tree[parent].parent
+    return heads[parent] if parent is not None else (None, 0)
+
+
+def _best(a: tuple[KV | None, int], b: tuple[KV | None, int]) -> tuple[KV | None, int]:
+    return a if a[1] >= b[1] else b
+
+
 def _left_pad_base(kv: KV | None, like: KV, layer: int, which: int, length: int) -> torch.Tensor:
     """A base's layer keys (which=0) or values (1), left-padded with zeros to `length` positions;
     all zeros for a row without a base (`like` gives the shape)."""
@@ -280,19 +300,26 @@ class RunningBatch:
         arrs = [as_tokens(p) for p in prompts]
         bases = [pc.lookup(a, len(a) - 1) for a in arrs]
         # Prefixes shared within this round that reach beyond what the cache gives: prefill each
-        # once (itself on top of any cached prefix), remember it, and use it for its members.
-        groups = [(g, users) for g, members in shared_prefixes(arrs, pc.min_tokens)
-                  if len(users := [u for u in members if bases[u][1] < g]) >= 2]
-        if groups:
-            heads = [prompts[users[0]][:g] for g, users in groups]
-            head_bases = [pc.lookup(as_tokens(h), len(h) - 1) for h in heads]
-            head_kv, _ = _prefill(self.model, heads, self.device, head_bases)
-            self.prefill_tokens += sum(len(h) - m for h, (_, m) in zip(heads, head_bases))
+        # once, on top of its parent's or a cached prefix, remember it, and use it for its members.
+        # Prefixes are visited parents first; each prompt ends with the deepest one it belongs to.
+        heads: dict[int, tuple[KV, int]] = {}
+        tree = shared_prefixes(arrs, pc.min_tokens)
+        for depth_nodes in _by_depth(tree):
+            todo = [i for i in depth_nodes if sum(bases[u][1] < tree[i].length for u in tree[i].members) >= 2]
+            if not todo:
+                continue
+            texts = [prompts[tree[i].members[0]][:tree[i].length] for i in todo]
+            head_bases = [_best(pc.lookup(as_tokens(h), len(h) - 1), _kept_ancestor(tree, i, heads))
+                          for i, h in zip(todo, texts)]
+            kvs, _ = _prefill(self.model, texts, self.device, head_bases)
+            self.prefill_tokens += sum(len(h) - m for h, (_, m) in zip(texts, head_bases))
             self.reused_tokens += sum(m for _, m in head_bases)
-            for (g, users), head, kv in zip(groups, heads, head_kv):
-                pc.add(as_tokens(head), kv)
-                for u in users:
-                    bases[u] = (kv, g)
+            for i, h, kv in zip(todo, texts, kvs):
+                heads[i] = (kv, tree[i].length)
+                pc.add(as_tokens(h), kv)
+                for u in tree[i].members:
+                    if bases[u][1] < tree[i].length:
+                        bases[u] = heads[i]
         self.prefill_tokens += sum(len(p) - m for p, (_, m) in zip(prompts, bases))
         self.reused_tokens += sum(m for _, m in bases)
         return _prefill(self.model, prompts, self.device, bases)

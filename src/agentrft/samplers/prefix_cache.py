@@ -143,33 +143,54 @@ class PrefixCache:
         return True
 
 
-def shared_prefixes(prompts: list[np.ndarray], min_tokens: int) -> list[tuple[int, list[int]]]:
-    """Groups of at least two prompts sharing a prefix of at least `min_tokens` tokens.
+@dataclass
+class SharedPrefix:
+    """A prefix of `length` tokens shared by the prompts `members` (indices); `parent`: the index of
+    the enclosing shorter shared prefix in the list `shared_prefixes` returns, if any."""
 
-    Returns (prefix length, member indices) per group. Sorting the prompts
-    lexicographically puts prompts with long common prefixes next to each other;
-    a group is a maximal run whose neighbours share `min_tokens`, and its prefix
-    is the smallest neighbour LCP in the run (the LCP of the whole run). The
-    prefix stops at least one token short of every member, so each member still
-    has a suffix whose last position yields its next-token logits."""
+    length: int
+    members: list[int]
+    parent: int | None
+
+
+def shared_prefixes(prompts: list[np.ndarray], min_tokens: int) -> list[SharedPrefix]:
+    """The tree of prefixes of at least `min_tokens` tokens shared by two or more prompts.
+
+    Sorting the prompts lexicographically puts prompts with long common prefixes
+    next to each other, and the LCP of a run of sorted prompts is the smallest
+    LCP of neighbours in it. A run whose neighbours all share `min_tokens` is a
+    node; splitting it where that smallest LCP occurs gives its children (say
+    every prompt shares the system prompt, and the prompts of one GRPO group
+    also share their question and first turn). A child must extend its parent by
+    `min_tokens // 4` tokens to be worth its own prefill. Prefixes stop at least
+    one token short of every member, so each member keeps a suffix whose last
+    position yields its next-token logits. Parents come before their children."""
     order = sorted(range(len(prompts)), key=lambda u: prompts[u].tolist())
-    groups: list[tuple[int, list[int]]] = []
-    run: list[int] = [order[0]] if order else []
-    run_lcp = 1 << 62
-    for prev, u in zip(order, order[1:]):
-        m = common_prefix_len(prompts[prev], prompts[u])
-        if m >= min_tokens:
-            run.append(u)
-            run_lcp = min(run_lcp, m)
-            continue
-        if len(run) > 1:
-            groups.append((run_lcp, run))
-        run, run_lcp = [u], 1 << 62
-    if len(run) > 1:
-        groups.append((run_lcp, run))
-    out = []
-    for g, members in groups:
-        g = min(g, min(prompts[u].shape[0] for u in members) - 1)
-        if g >= min_tokens:
-            out.append((g, sorted(members)))
+    adj = [common_prefix_len(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    out: list[SharedPrefix] = []
+
+    def split(lo: int, hi: int, above: int) -> list[tuple[int, int]]:
+        """Maximal runs within sorted positions lo..hi whose neighbour LCPs exceed `above`."""
+        runs, start = [], lo
+        for i in range(lo, hi):
+            if adj[i] <= above:
+                if i > start:
+                    runs.append((start, i))
+                start = i + 1
+        if hi > start:
+            runs.append((start, hi))
+        return runs
+
+    def visit(lo: int, hi: int, parent: int | None, parent_len: int) -> None:
+        raw = min(adj[lo:hi])
+        members = [order[i] for i in range(lo, hi + 1)]
+        g = min(raw, min(prompts[u].shape[0] for u in members) - 1)
+        if g >= min_tokens and g >= parent_len + max(1, min_tokens // 4):
+            out.append(SharedPrefix(g, sorted(members), parent))
+            parent, parent_len = len(out) - 1, g
+        for a, b in split(lo, hi, raw):
+            visit(a, b, parent, parent_len)
+
+    for a, b in split(0, len(order) - 1, min_tokens - 1):
+        visit(a, b, None, 0)
     return out
