@@ -237,6 +237,10 @@ class Trajectory(_Model):
     policy: str = ""
     policy_version: int = 0
     messages: list[Message] = Field(default_factory=list)
+    n_prompt_messages: int = Field(
+        default=0, ge=0,
+        description="leading messages that were the prompt (system, worked examples, task); the episode's own turns follow",
+    )
     events: list[Event] = Field(default_factory=list)
     tokens: TokenRecord | None = Field(default=None, description="None when the sampler returned no token ids (eval only)")
     grade: Grade | None = None
@@ -267,7 +271,8 @@ class Trajectory(_Model):
 
     @property
     def num_turns(self) -> int:
-        return sum(1 for m in self.messages if m.role == "assistant")
+        """Assistant turns of the episode itself (worked examples in the prompt do not count)."""
+        return sum(1 for m in self.messages[self.n_prompt_messages:] if m.role == "assistant")
 
     @property
     def reward(self) -> float | None:

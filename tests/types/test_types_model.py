@@ -92,3 +92,12 @@ def test_ids_are_time_sortable_and_unique() -> None:
     first = new_id()
     time.sleep(0.002)
     assert new_id() > first
+
+
+def test_num_turns_skips_prompt_messages() -> None:
+    traj = _trajectory()
+    example = [Message(role="user", content="1+1?"), Message(role="assistant", content="2")]
+    traj.messages = example + traj.messages
+    traj.n_prompt_messages = len(example) + 1  # worked example + the task's user message
+    assert traj.num_turns == 2
+    assert Trajectory.from_json(traj.to_json()).num_turns == 2

@@ -118,6 +118,7 @@ async def run_episode(env: Environment, sampler: TokenSampler | ChatSampler, tas
                       policy_version=policy_version if policy_version is not None
                       else getattr(sampler, "policy_version", 0))
     traj.messages = prompt_messages(env, task, fmt)
+    traj.n_prompt_messages = len(traj.messages)
     limits = env.limits
     token_mode = hasattr(sampler, "sample") and hasattr(sampler, "render")
     ledger = TokenLedger() if token_mode else None

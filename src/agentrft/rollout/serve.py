@@ -209,7 +209,7 @@ def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "
         traj = Trajectory(
             run_id=run_id, task_id=completion_id, group_id=conversation_id(req.messages),
             env=EnvRef(name="serve", version="1"), policy=sampler.policy, policy_version=sampler.policy_version,
-            messages=[*messages, reply],
+            messages=[*messages, reply], n_prompt_messages=len(messages),
             events=[ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
                                    completion_tokens=result.completion_tokens, finish_reason=result.finish_reason)],
             tokens=TokenRecord(ids=prompt_ids + sampled, loss_mask=[0] * len(prompt_ids) + [1] * len(sampled),
