@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--finetune", choices=["lora", "full"], default="lora")
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
+    ap.add_argument("--no-shared-prefix", action="store_true", help="run every sequence's prompt separately")
     ap.add_argument("--run-dir", type=Path, default=None)
     args = ap.parse_args()
 
@@ -58,7 +59,7 @@ def main() -> None:
         "steps": args.steps, "seed": 0,
         "policy": {"name": args.policy, "finetune": args.finetune,
                    "gradient_checkpointing": args.gradient_checkpointing},
-        "optimizer": {"micro_batch_tokens": args.micro_batch_tokens},
+        "optimizer": {"micro_batch_tokens": args.micro_batch_tokens, "shared_prefix": not args.no_shared_prefix},
         "rollout": {"env": args.env, "tasks_per_step": args.tasks, "group_size": args.group,
                     "max_tokens": args.max_tokens},
         "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False},
@@ -80,6 +81,8 @@ def main() -> None:
         "update_s": upd, "sampled_tokens": m["train_sampled_tokens"],
         "sampling_tokens_per_s": m["sampling_tokens_per_s"],
         "update_forward_tokens": m["train_forward_tokens"], "update_padded_tokens": m["train_padded_tokens"],
+        # tokens of the sequences themselves; more than forward tokens when shared prefixes run once
+        "update_sequence_tokens": m.get("train_sequence_tokens", m["train_forward_tokens"]),
         "update_tokens_per_s": m["train_forward_tokens"] / upd,
         "train_reward_mean": m["train_reward_mean"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
