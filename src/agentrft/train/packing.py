@@ -5,7 +5,9 @@ the loss mask, the sampler's log-probs, and a per-token advantage. Micro-batches
 are formed by sorting sequences by length and filling each up to a token budget
 (``rows x longest row <= max_tokens``), so a micro-batch pads only to its own
 longest row, never to the longest of the whole step. Deterministic: ties in length
-are broken by the original order.
+are broken by the original order. With ``optimizer.shared_prefix`` the trainer packs
+through `shared_prefix.shared_prefix_micro_batches` instead, which keeps these per-sequence
+tensors for the loss and adds a prefix-tree packing for the model's forward.
 
 Shape legend: T_i = tokens of sequence i; B = rows of a micro-batch, T = its longest row.
 """
