@@ -19,7 +19,9 @@ the completion's ``<calculate>`` expression or its "The answer is X" is within 1
 answer, 0.2 for a well-formed calculation that is wrong, else 0.
 
 Each system runs in its own subprocess (``--role``), so peak RSS (getrusage ru_maxrss)
-is its own. The first step pays one-off costs; medians are over all steps.
+is its own. The first step pays one-off costs; medians are over all steps. Budget the
+time: on the shared 2-core box a TRL full fine-tune step with these ~680-token prompts
+took about 9 minutes (``--trl-steps 1`` runs TRL for fewer steps than agentrft).
 """
 
 from __future__ import annotations
@@ -204,8 +206,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------ orchestration
 def _child(role: str, python: str, args: argparse.Namespace, finetune: str, extra: list[str]) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix=f"vs-trl-{role}-", suffix=".json")[1])
+    steps = args.trl_steps if role == "trl" and args.trl_steps else args.steps
     cmd = [python, str(Path(__file__).resolve()), "--role", role, "--finetune-one", finetune,
-           "--steps", str(args.steps), "--out", str(out), *extra]
+           "--steps", str(steps), "--out", str(out), *extra]
     print(f"[{role} {finetune}] {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -224,6 +227,8 @@ def _summary(res: dict[str, Any]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--trl-steps", type=int, default=None,
+                    help="TRL's steps (default: --steps); a TRL step takes minutes here, see the docstring")
     ap.add_argument("--finetune", nargs="+", choices=["full", "lora"], default=["full", "lora"])
     ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
     ap.add_argument("--no-shared-prefix", action="store_true", help="agentrft without shared-prefix updates")
