@@ -59,12 +59,17 @@ class Environment(ABC):
     def start(self, task: Task) -> Episode: ...
 
     def grader_spec(self) -> dict[str, Any]:
-        """The default grader of this environment as an OpenAI-style grader spec (see agentrft.graders)."""
+        """The default grader of this environment as an OpenAI-style grader spec (see agentrft.graders).
+
+        The final answer must match `item.answer` within 1% (percent <-> fraction, units and
+        separators handled by the numeric grader); FinQA answers are rounded to 5 decimals.
+        """
         return {
             "type": "numeric",
             "name": "answer",
             "input": "{{ sample.output_text }}",
             "reference": "{{ item.answer }}",
+            "rel_tol": 0.01,
         }
 
     def few_shot(self) -> list[Message]:

@@ -84,15 +84,6 @@ class FinqaJsonEnv(Environment):
     def tasks(self, split: str = "train") -> list[Task]:
         return list(self._tasks)
 
-    def grader_spec(self) -> dict[str, Any]:
-        return {
-            "type": "numeric",
-            "name": "answer",
-            "input": "{{ sample.output_text }}",
-            "reference": "{{ item.answer }}",
-            "rel_tol": 0.01,
-        }
-
     def start(self, task: Task) -> ToolboxEpisode:
         state = FinqaToolState(self.index)
         toolbox = finqa_toolbox(state, timeout_s=self.limits.tool_timeout_s)

@@ -110,15 +110,6 @@ class FinqaLiteEnv(Environment):
     def tasks(self, split: str = "train") -> list[Task]:
         return self.data.tasks(split, self.levels)
 
-    def grader_spec(self) -> dict[str, Any]:
-        return {
-            "type": "numeric",
-            "name": "answer",
-            "input": "{{ sample.output_text }}",
-            "reference": "{{ item.answer }}",
-            "rel_tol": 0.01,
-        }
-
     def start(self, task: Task) -> ToolboxEpisode:
         state = FinqaToolState(self.index)
         toolbox = finqa_toolbox(state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars)
