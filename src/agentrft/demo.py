@@ -27,13 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 # The demo's training recipe, as overrides of agentrft.train.config.TrainConfig.
 DEMO_TRAIN: dict[str, Any] = {
     "seed": 0,
-    "steps": 12,
+    "steps": 6,
     "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
     # T=0.7: at T=1 the 135M model almost never completes a task (0/48 measured), greedy ~50%
     "rollout": {"env": "finqa-lite:1", "tasks_per_step": 4, "group_size": 8, "temperature": 0.7, "max_tokens": 48},
     "algorithm": {"advantage": "grpo", "aggregation": "token_mean", "eps_low": 0.2, "eps_high": 0.28,
                   "logprob_temperature": 0.7},
-    "optimizer": {"lr": 2e-5, "warmup_steps": 1, "schedule": "constant", "grad_clip": 1.0},
+    "optimizer": {"lr": 3e-5, "warmup_steps": 1, "schedule": "constant", "grad_clip": 1.0},
     "eval": {"every_steps": 0},
     "checkpoint": {"every_steps": 4, "keep_last": 1},
     "logging": {"tensorboard": True},
