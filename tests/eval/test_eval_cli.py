@@ -52,6 +52,7 @@ def test_eval_json_and_compare(tmp_path: Path, fakes: dict[str, Any]) -> None:
     base = json.loads(r.stdout)
     assert base["n_tasks"] == 4 and base["pass_at_k"]["1"] == pytest.approx(3 / 12)
     assert base["pass_at_k"]["3"] == pytest.approx(0.5)
+    _assert_matches_stored(db, base)
     r = _run(["eval", "--env", "fake:1", "--policy", "strong", "--samples", "3", "--db", str(db), "--name", "final"])
     assert r.exit_code == 0 and "pass@3" in r.stdout and "run id:" in r.stdout
     r = _run(["eval", "--compare", "baseline", "final", "--db", str(db), "--json"])
@@ -104,3 +105,24 @@ def test_errors_are_one_line(tmp_path: Path, fakes: dict[str, Any]) -> None:
     r = _run(["export", "--db", str(db), "--run", "nosuch", "--format", "sft", str(tmp_path / "o")])
     assert r.exit_code == 1 and "no run with id or name 'nosuch'" in r.stderr
     assert "Traceback" not in r.output
+
+
+def _assert_matches_stored(db: Path, result: dict[str, Any]) -> None:
+    """pass@k / pass^k of `--json` equal the unbiased formulas recomputed from the stored trajectories."""
+    from collections import defaultdict
+    from math import comb
+
+    from agentrft.store import Store
+
+    with Store(db) as store:
+        trajs = store.query_trajectories(run_id=result["run_id"])
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for t in trajs:
+        per_task[t.task_id].append(bool(t.grade and t.grade.success))
+    assert len(trajs) == result["n_trajectories"] and len(per_task) == result["n_tasks"]
+    n = min(len(v) for v in per_task.values())
+    for k in range(1, n + 1):
+        at = sum(1 - comb(len(v) - sum(v), k) / comb(len(v), k) for v in per_task.values()) / len(per_task)
+        hat = sum(comb(sum(v), k) / comb(len(v), k) for v in per_task.values()) / len(per_task)
+        assert result["pass_at_k"][str(k)] == pytest.approx(at, abs=1e-12)
+        assert result["pass_hat_k"][str(k)] == pytest.approx(hat, abs=1e-12)
