@@ -20,8 +20,9 @@ answer, 0.2 for a well-formed calculation that is wrong, else 0.
 
 Each system runs in its own subprocess (``--role``), so peak RSS (getrusage ru_maxrss)
 is its own. The first step pays one-off costs; medians are over all steps. Budget the
-time: on the shared 2-core box a TRL full fine-tune step with these ~680-token prompts
-took about 9 minutes (``--trl-steps 1`` runs TRL for fewer steps than agentrft).
+time: on the shared 2-core box one TRL full fine-tune step with these ~680-token prompts
+took 501 s, and a 3-step TRL run did not finish in 27 minutes (``--trl-steps 1`` runs TRL
+for fewer steps than agentrft).
 """
 
 from __future__ import annotations
