@@ -95,6 +95,7 @@ class HFSampler:
 
     def __init__(self, model: Any, tokenizer: Any, policy: str, *, max_batch_size: int = 32,
                  device: str = "cpu", dtype: Any = None, batch_wait_s: float = 0.005,
+                 admit_fraction: float = 0.25, admit_max_wait_s: float = 0.5,
                  policy_version: int = 0, prefix_cache_tokens: int = 4096, prefix_min_tokens: int = 64) -> None:
         import torch
 
@@ -111,6 +112,8 @@ class HFSampler:
         self.policy_version = policy_version
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
+        self.admit_fraction = admit_fraction
+        self.admit_max_wait_s = admit_max_wait_s
         # Prefix KV cache (engine thread only). Anyone else taking model_lock may change the
         # weights: that, exclusive() and invalidate_cache() bump the epoch, which empties it.
         self.prefix_cache = PrefixCache(max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens)
@@ -280,7 +283,16 @@ class HFSampler:
                 batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache)
                 fresh = True
             admit: list[_Pending] = []
-            while pending and not self._hold.is_set() and len(batch.rows) + len(admit) < self.max_batch_size:
+            # Joining a running batch copies its whole cache: wait until a quarter of its size is
+            # waiting, or the oldest request has waited admit_max_wait_s.
+            alive = batch.n_alive
+            if alive and pending and len(pending) < max(1, self.admit_fraction * alive) and \
+                    time.perf_counter() - pending[0].t0 < self.admit_max_wait_s:
+                pass
+            else:
+                alive = -1
+            while alive < 0 and pending and not self._hold.is_set() and \
+                    batch.n_alive + len(admit) < self.max_batch_size:
                 p = pending.popleft()
                 if not p.future.done():  # skip callers that gave up
                     admit.append(p)
@@ -290,7 +302,7 @@ class HFSampler:
             try:
                 with torch.inference_mode():
                     # Rows whose caller gave up leave before the next step.
-                    batch.drop([a for a, r in enumerate(batch.rows) if not r.owner.future.done()])
+                    batch.retire([a for a, r in enumerate(batch.rows) if not r.retired and r.owner.future.done()])
                     if admit:
                         if self.prefix_cache.enabled:
                             self.prefix_cache.validate(self._weights_key(fresh))

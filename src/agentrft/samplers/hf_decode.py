@@ -53,6 +53,7 @@ class RowState:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     owner: Any = None  # the caller's handle (HFSampler: the request and its future)
+    retired: bool = False  # finished or abandoned: decoded no more, its cache rows await compaction
 
 
 def make_generator(params: SamplingParams, device: torch.device, seed: int) -> torch.Generator | None:
@@ -251,11 +252,31 @@ class RunningBatch:
         self.next_pos = torch.zeros(0, dtype=torch.long, device=device)  # [A] position of the next token
         self.logits: torch.Tensor | None = None  # [A, V] for the token each row picks next
         self.prefills = 0
+        # Removing a row copies the whole cache, so retired rows stay (their tokens ignored) until
+        # they are more than this fraction of the batch or new rows are admitted (which copies anyway).
+        # Compacting at every finished row made cache copies, not the model, the cost of agent rollouts.
+        self.compact_fraction = 0.25
+
+    @property
+    def n_alive(self) -> int:
+        return sum(1 for r in self.rows if not r.retired)
+
+    def retire(self, indices: list[int]) -> None:
+        """Stop decoding the rows at `indices` (their callers gave up); compaction happens later."""
+        for a in indices:
+            self.rows[a].retired = True
+        if self.rows and not self.n_alive:
+            self.drop([])
+
+    def compact(self) -> None:
+        """Remove retired rows from the cache."""
+        self.drop([a for a, r in enumerate(self.rows) if not r.retired])
 
     def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
         """Prefill `requests` and add them (with their `rows`) to the running batch."""
         from transformers import DynamicCache
 
+        self.compact()
         distinct: dict[tuple[int, ...], int] = {}
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
         prompts = [list(p) for p in distinct]
@@ -328,6 +349,11 @@ class RunningBatch:
         """Keep only the rows at positions `keep` (finished or abandoned rows leave)."""
         if len(keep) == len(self.rows):
             return
+        if not keep:
+            self.rows, self.cache, self.logits = [], None, None
+            self.mask = self.mask[:0]
+            self.next_pos = self.next_pos[:0]
+            return
         sel = torch.tensor(keep, dtype=torch.long, device=self.device)
         assert self.cache is not None and self.logits is not None
         self.cache.batch_select_indices(sel)
@@ -341,19 +367,24 @@ class RunningBatch:
             return []
         assert self.logits is not None and self.cache is not None
         ids, lps = choose_tokens(self.logits, self.rows)
-        keep, done = [], []
+        done_rows: list[RowState] = []
         for a, (row, tok, lp) in enumerate(zip(self.rows, ids, lps)):
+            if row.retired:  # a retired row's pick is discarded
+                continue
             row.token_ids.append(tok)
             row.logprobs.append(lp)
             row.finish_reason = _finished(row, tok, int(self.next_pos[a]) + 1, self.spec)
-            (done if row.finish_reason is not None else keep).append(a)
-        tokens = [ids[a] for a in keep]
-        done_rows = [self.rows[a] for a in done]
-        self.drop(keep)
-        if not self.rows:
-            self.cache, self.logits = None, None
+            if row.finish_reason is not None:
+                row.retired = True
+                done_rows.append(row)
+        alive = [a for a, r in enumerate(self.rows) if not r.retired]
+        if len(self.rows) - len(alive) > self.compact_fraction * len(self.rows):
+            self.drop(alive)
+            ids = [ids[a] for a in alive]
+        if not alive:
             return done_rows
-        self.mask = torch.cat([self.mask, torch.ones(len(keep), 1, dtype=self.mask.dtype, device=self.device)], 1)
+        tokens = ids
+        self.mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=self.mask.dtype, device=self.device)], 1)
         out = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=self.mask,
                          position_ids=self.next_pos[:, None], use_cache=True, **{self.cache_kw: self.cache})
         self.cache = _out_cache(out)
