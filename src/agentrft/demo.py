@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # The demo's training recipe, as overrides of agentrft.train.config.TrainConfig.
 DEMO_TRAIN: dict[str, Any] = {
     "seed": 0,
-    "steps": 6,
+    "steps": 10,
     "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
     # T=0.7: at T=1 the 135M model almost never completes a task (0/48 measured), greedy ~50%
     "rollout": {"env": "finqa-lite:1", "tasks_per_step": 4, "group_size": 8, "temperature": 0.7, "max_tokens": 48},
