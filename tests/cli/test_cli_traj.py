@@ -17,7 +17,7 @@ from agentrft.cli.main import app  # noqa: E402
 from agentrft.store import Store  # noqa: E402
 from agentrft.types import Trajectory  # noqa: E402
 
-runner = CliRunner()
+runner = CliRunner(env={"COLUMNS": "200"})  # a wide terminal: rich wraps tables to 80 columns without one
 
 
 def _run(*args: str) -> tuple[int, str, str]:
