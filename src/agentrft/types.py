@@ -9,6 +9,7 @@ consumed and produced, never rebuilt by re-tokenising the chat text.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Annotated, Any, Literal
 
@@ -19,13 +20,26 @@ SCHEMA_VERSION = 1
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
+_last_id = [0, 0]  # (ms, random part) of the previous id minted in this process
+_id_lock = threading.Lock()
+
+
 def new_id() -> str:
     """A 26-character time-sortable id (ULID layout: 48-bit ms time + 80 random bits).
 
-    Lexicographic order of ids equals creation order at millisecond resolution,
-    so `ORDER BY id` is chronological in the store.
+    Lexicographic order of ids equals creation order: across processes at millisecond
+    resolution, and strictly within a process (ids minted in the same millisecond
+    step the random part up by a random amount, as monotonic ULIDs do), so `ORDER BY id` is chronological.
     """
-    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    with _id_lock:
+        ms, rand = int(time.time() * 1000), int.from_bytes(os.urandom(10), "big")
+        if ms <= _last_id[0]:
+            # a random step, not +1, so that short id prefixes (`traj show 01M8MK7YW2SH`) stay distinct
+            ms, rand = _last_id[0], _last_id[1] + 1 + int.from_bytes(os.urandom(8), "big")
+            if rand >= 1 << 80:  # random part exhausted within one millisecond: borrow the next one
+                ms, rand = ms + 1, int.from_bytes(os.urandom(8), "big")
+        _last_id[0], _last_id[1] = ms, rand
+    value = (ms << 80) | rand
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

@@ -85,6 +85,7 @@ def test_messages_keep_unknown_openai_keys() -> None:
 def test_ids_are_time_sortable_and_unique() -> None:
     ids = [new_id() for _ in range(2000)]
     assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)  # strictly increasing within a process, even within one millisecond
     assert all(len(i) == 26 for i in ids)
     # ids minted in later milliseconds sort after earlier ones
     import time

@@ -86,8 +86,6 @@ def _reseed_sampler(sampler: Any, seed: int) -> None:
     """Per-step sampler seed, so sampling does not depend on how many steps this process has run."""
     if hasattr(sampler, "reseed"):
         sampler.reseed(seed)
-    elif isinstance(getattr(sampler, "_rng", None), random.Random):  # HFSampler keeps its seed source here
-        sampler._rng.seed(seed)
 
 
 def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -> dict[str, float]:
