@@ -19,6 +19,8 @@ from typing import Any
 
 import typer
 
+from agentrft.jsonl import JsonlError, read_objects
+
 
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
@@ -27,23 +29,9 @@ def _fail(message: str) -> typer.Exit:
 
 def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise _fail(f"{path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise _fail(f"{path}: not UTF-8 text") from None
-    out = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _fail(f"{path}:{no}: invalid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise _fail(f"{path}:{no}: expected a JSON object, got {type(obj).__name__}")
-        out.append((no, obj))
-    return out
+        return read_objects(path)
+    except JsonlError as err:
+        raise _fail(str(err)) from None
 
 
 def grade_command(

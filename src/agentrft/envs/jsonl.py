@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from agentrft.envs.base import EnvLimits, Environment
 from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.jsonl import JsonlError, parse_object
 from agentrft.tools.base import ToolResult
 from agentrft.tools.registry import Tool, Toolbox, error_result
 from agentrft.types import Message, Task
@@ -32,7 +33,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class JsonlDataError(ValueError):
+class JsonlDataError(JsonlError):
     """A dataset or grader file could not be read; the message names file, line and field."""
 
 
@@ -53,11 +54,9 @@ def _load_module(spec: str) -> Any:
 def parse_row(line: str, where: str) -> Task:
     """One JSONL line as a Task; JsonlDataError names `where` (file:line) and the field."""
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise JsonlDataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(row, dict):
-        raise JsonlDataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        row = parse_object(line, where)
+    except JsonlError as exc:
+        raise JsonlDataError(str(exc)) from None
     messages = row.get("messages")
     if not isinstance(messages, list) or not messages:
         raise JsonlDataError(f"{where}: field 'messages' must be a non-empty list of chat messages")

@@ -41,15 +41,11 @@ _MAX_CHARS = 20_000
 
 
 def read_metrics_jsonl(path: Path) -> list[dict[str, Any]]:
+    from agentrft.jsonl import read_objects
+
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int | float):
+    for lineno, row in read_objects(path):
+        if not isinstance(row.get("step"), int | float):
             raise ValueError(f"{path}:{lineno}: a metrics line needs a numeric 'step'")
         rows.append(row)
     return rows

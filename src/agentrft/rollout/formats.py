@@ -26,6 +26,8 @@ carrying the raw text), which the agent loop shows to the model as a tool error.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import json
 import re
 from dataclasses import dataclass, field
@@ -111,7 +113,7 @@ def _describe(fn: dict[str, Any]) -> str:
     return f"- {fn['name']}({params}): {fn.get('description', '').strip()}"
 
 
-class ToolFormat:
+class ToolFormat(ABC):
     """Base of the formats. Built for one tool set, because the xml form needs the tool names."""
 
     name: FormatName
@@ -121,11 +123,13 @@ class ToolFormat:
         self.tool_schemas = tool_schemas
         self.tools = _tool_index(tool_schemas)
 
+    @abstractmethod
     def render_tool_instructions(self, tool_schemas: list[dict[str, Any]] | None = None) -> str:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def render_call(self, name: str, arguments: dict[str, Any] | str) -> str:
-        raise NotImplementedError
+        """See the subclasses."""
 
     def render_assistant(self, message: Message | dict[str, Any]) -> str:
         """The model text of an OpenAI assistant message: its content, then each call in this format."""
@@ -135,11 +139,13 @@ class ToolFormat:
             parts.append(self.render_call(*_arguments(call)))
         return "\n".join(parts)
 
+    @abstractmethod
     def parse(self, text: str) -> ParsedTurn:
-        raise NotImplementedError
+        """See the subclasses."""
 
+    @abstractmethod
     def stop_strings(self) -> list[str]:
-        raise NotImplementedError
+        """See the subclasses."""
 
 
 class XmlFormat(ToolFormat):
