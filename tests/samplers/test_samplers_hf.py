@@ -10,7 +10,16 @@ import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.hf_decode import _prefill_chunks, _top_p_filter
+from agentrft.samplers.hf_decode import (
+    DecodeSpec,
+    RowState,
+    RunningBatch,
+    _prefill_chunks,
+    _slot_width,
+    _top_p_filter,
+    generate_batch,
+    make_generator,
+)
 from agentrft.samplers.policies import PolicyError, load_policy, tiny_model_and_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -279,3 +288,70 @@ def test_reseed_makes_unseeded_sampling_reproducible(sampler: HFSampler, prompt:
     assert len({tuple(r.token_ids) for r in first[:3]}) == 3  # group members differ
     sampler.reseed(8)
     assert run(sampler.sample(reqs[3])).token_ids != first[3].token_ids
+
+
+# --- the decode layout: a group's prompt KV is stored once, its samples are slots of one cache row ---
+def _alone(model, req: SampleRequest, seed: int):  # noqa: ANN001, ANN202
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    row = RowState(req.params, make_generator(req.params, torch.device("cpu"), seed))
+    generate_batch(model, [req], [row], spec, torch.device("cpu"))
+    return row
+
+
+def _drain(batch: RunningBatch) -> None:
+    while batch.rows:
+        batch.step()
+
+
+def _assert_same(got: RowState, ref: RowState) -> None:
+    assert got.token_ids == ref.token_ids
+    assert max(abs(x - y) for x, y in zip(got.logprobs, ref.logprobs)) < 1e-4
+
+
+def test_slot_width_groups_samples_and_avoids_dummy_slots() -> None:
+    assert _slot_width([8, 8, 8, 8], length=700, rows0=0, width0=0) == 8  # GRPO: a cache row per group
+    assert _slot_width([1, 1, 1], length=500, rows0=0, width0=0) == 1
+    # 20 running rows one slot wide: a new group of 8 is split rather than widen all 21 rows to 8 slots
+    assert _slot_width([8], length=1000, rows0=20, width0=1) == 1
+    assert _slot_width([5], length=300, rows0=2, width0=8) == 5  # fits the running width: no copies
+
+
+def test_group_prompt_is_stored_once_and_decodes_as_alone(sampler: HFSampler, prompt: list[int]) -> None:
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    group = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=3 + 2 * i)) for i in range(4)]
+    other = [SampleRequest(prompt[:20], SamplingParams(temperature=1.0, max_tokens=7 - i)) for i in range(4)]
+    reqs = group + other
+    seeds = list(range(100, 100 + len(reqs)))
+    rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), s)) for r, s in zip(reqs, seeds)]
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    with torch.inference_mode():
+        batch.admit(reqs, rows)
+        n_rows, width, length = batch.shape
+        assert (n_rows, width, length) == (2, 4, len(prompt))  # each group's prompt once, not once per sample
+        assert batch.cache.layers[0].keys.shape[0] == 2
+        batch.step()
+        batch.step()
+        assert batch.shape[1] == 4 and batch.shape[2] == len(prompt) + 2 * 4  # each slot adds its own column
+        _drain(batch)
+        for row, req, seed in zip(rows, reqs, seeds):  # members finished at different steps (slots renumbered)
+            _assert_same(row, _alone(model, req, seed))
+
+
+def test_rows_joining_a_wider_batch_decode_as_alone(sampler: HFSampler, prompt: list[int]) -> None:
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    group = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=9)) for _ in range(4)]
+    late = [SampleRequest(prompt[:12 + 3 * i], SamplingParams(temperature=0.0, max_tokens=5)) for i in range(3)]
+    g_rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), 7 + i)) for i, r in enumerate(group)]
+    l_rows = [RowState(r.params, None) for r in late]
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    with torch.inference_mode():
+        batch.admit(group, g_rows)
+        batch.step()
+        batch.step()
+        batch.admit(late, l_rows)  # distinct prompts join rows 4 slots wide: they get dummy slots beside them
+        assert batch.shape[:2] == (4, 4)
+        _drain(batch)
+        for row, req, seed in zip(g_rows + l_rows, group + late, [7, 8, 9, 10, 0, 0, 0]):
+            _assert_same(row, _alone(model, req, seed))

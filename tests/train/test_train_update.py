@@ -108,3 +108,9 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely(shared
     assert 1e-5 < rel < 0.02  # > 1e-5: autocast really ran in bf16
     assert float(torch.nn.functional.cosine_similarity(ref, got, dim=0)) > 0.9995
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=1e-6)
+
+
+def test_gradients_are_freed_after_the_update():
+    model = tiny_llama()
+    _grad_step(model, micro_batches(_seqs(), max_tokens=64), AlgorithmConfig())
+    assert all(p.grad is None for p in model.parameters())  # no gradient memory held through the next rollout

@@ -19,14 +19,16 @@ included (finish "stop"); `text` is their decoding without that EOS. A stop
 string ends the reply at the token that completes it (finish "stop_string");
 the string stays in ids and text, together with any characters that same token
 carries after it. Identical prompts in flight together are prefilled once,
-whatever their `group_key`; prompts admitted together that share a long token
+whatever their `group_key`, and decode from one stored copy of their KV (see
+`hf_decode`, "Layout"); prompts admitted together that share a long token
 prefix (the environment's system prompt and examples, a group's question) have
 that prefix prefilled once, and it stays in a small LRU prefix KV cache
 (`prefix_cache_tokens` positions; 0 turns it off) that later admissions and
 later turns reuse (see `prefix_cache`). The cache empties whenever the weights
 may have changed: `policy_version` changes, `exclusive()` or `model_lock` is
 taken by another thread, a parameter is updated in place or replaced, or
-`invalidate_cache()` is called. Unseeded requests get a seed derived from
+`invalidate_cache()` is called (a foreign `model_lock` also frees its memory at
+once, for the trainer). Unseeded requests get a seed derived from
 `reseed()`'s seed and the prompt, so reruns match whatever the arrival order.
 """
 
@@ -200,7 +202,10 @@ class HFSampler:
         self._cache_epoch += 1
 
     def _on_foreign_lock(self) -> None:
+        # The caller holds the model lock, so the engine is between batches and not using the cache:
+        # free its KV now rather than at the next admission (a trainer wants that memory meanwhile).
         self._cache_epoch += 1
+        self.prefix_cache.clear()
 
     def _weights_key(self, fresh: bool) -> tuple[Any, ...]:
         """What the prefix cache's KV depends on. Parameters' `_version` counters grow with every

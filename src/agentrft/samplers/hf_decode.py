@@ -4,21 +4,34 @@ A `RunningBatch` holds the rows being decoded and their KV cache:
 
 * `admit(requests)` **prefills** each *distinct* prompt once, in chunks of
   similar length (left padded, at most 20% padding, so prompt lengths that
-  differ a lot, as they do across agent turns, waste little compute).
-  Requests with an identical prompt (a GRPO group asking for G samples of one
-  task) share that prefill: its KV cache is copied to each row. With a
+  differ a lot, as they do across agent turns, waste little compute). With a
   `PrefixCache`, prompts sharing a long prefix with each other or with a cached
   entry prefill only their suffix on top of that prefix's KV (the prefix itself
-  prefilled once per round, then cached).
-  `logits_to_keep=1` skips the vocabulary projection for all but the last
-  prompt position. The new rows join the running ones in one left-padded cache
-  with an attention mask that hides the padding, and explicit position ids so
-  each row counts only its real tokens. Rows can join between any two steps
-  (continuous batching).
+  prefilled once per round, then cached). `logits_to_keep=1` skips the
+  vocabulary projection for all but the last prompt position. Rows can join
+  between any two steps (continuous batching).
 * `step()` picks one token for every row and returns the rows that finished
-  (EOS, stop string, own `max_tokens`); those leave the cache and the mask at
-  once, so they stop costing compute, and then one forward pass runs for the
-  rest.
+  (EOS, stop string, own `max_tokens`); they leave at once, then one forward
+  pass runs for the rest.
+
+Layout: the cache has one *cache row* per distinct prompt, not one per request.
+The G samples of a GRPO group are G *slots* of their prompt's cache row: the
+prompt's keys and values are stored once ([C, H, L, D] per layer, C cache rows),
+and each decode step feeds a [C, W] block of tokens (W slots per row), appending
+W columns to every cache row, one per slot. A [C, W, L] visibility map says which
+columns each slot may attend to (its row's prompt and its own earlier tokens)
+and becomes the 4D attention mask, so a sample never sees its siblings' tokens:
+the result is that of decoding it alone. Slots without a request (a row with
+fewer live samples than W) decode a dummy token that sees only its own column and
+that nobody sees. Against one cache row per sample this stores a group's prompt
+once instead of G times (with 4 groups x 8 samples of a 680-token prompt, the
+cache is 4 x 870 positions instead of 32 x 704) and reads it once per step. How
+many slots a new prompt's requests get (`_slot_width`) weighs dummy slots against
+copies of the prompt: prompts that share a row width fill it, a lone prompt among
+wide rows takes one slot of its own row. A finished row frees its slot at once
+(slots are renumbered by regathering the visibility map, no KV moves); cache rows
+without live slots leave, which copies the cache, when they pass
+`compact_fraction` of the rows or at the next admission.
 
 Log-probs: each returned log-prob is `log_softmax(logits)[token]` of the raw
 model at temperature 1, before temperature, top-k or top-p. That is the number
@@ -27,8 +40,8 @@ two are comparable whatever sampling settings produced the token. It is *not*
 the probability of the sampling distribution when temperature != 1 or top-k/p
 truncate it.
 
-Shape legend: U distinct prompts, A live rows, V vocabulary, H kv heads,
-P prompt length, L padded cache length, D head dim.
+Shape legend: U distinct prompts, A live rows (requests), C cache rows, W slots
+per cache row, V vocabulary, H kv heads, P prompt length, L cache length, D head dim.
 """
 
 from __future__ import annotations
@@ -218,13 +231,36 @@ def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> to
     return torch.cat([t[j:j + 1, :, m_max - m:m_max], t[j:j + 1, :, m_max + s_max - n:]], dim=2)
 
 
-def _left_pad(kv: KV, mask: torch.Tensor, length: int) -> tuple[KV, torch.Tensor]:
-    """Left-pad a cache and its mask [rows, len] to `length` positions (zeros, masked out)."""
-    pad = length - mask.shape[1]
-    if pad == 0:
-        return kv, mask
-    kv = [(torch.nn.functional.pad(k, (0, 0, pad, 0)), torch.nn.functional.pad(v, (0, 0, pad, 0))) for k, v in kv]
-    return kv, torch.nn.functional.pad(mask, (pad, 0))
+def _slot_width(counts: list[int], length: int, rows0: int, width0: int) -> int:
+    """Slots per cache row for newly admitted prompts (see "Layout" in the module docstring).
+
+    `counts[u]` requests share prompt u; `rows0` cache rows `width0` slots wide are running;
+    `length` is the cache length after admission. A decode step costs about
+    rows x width x (3000 + length) (every slot is a token through the whole model, dummies
+    too, and attends to `length` keys), plus 8 x rows x length for reading the KV once per
+    cache row. Splitting a prompt over more rows trades dummy slots for KV copies."""
+    def cost(w: int) -> float:
+        rows = rows0 + sum(-(-n // w) for n in counts)
+        return rows * max(width0, w) * (3000 + length) + 8 * rows * length
+
+    return min(range(max(counts), 0, -1), key=cost)  # ties: the widest (fewest copies)
+
+
+def _attention_mask(model: Any, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The [C, 1, W, L] mask as the attention wants it: bool for SDPA, additive float for eager."""
+    mask = visible[:, None]
+    if getattr(model.config, "_attn_implementation", "sdpa") == "eager":
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
+
+
+def _pad_to(t: torch.Tensor, dim: int, size: int, left: bool) -> torch.Tensor:
+    """Zero-pad dimension `dim` of `t` to `size` (on the left or the right)."""
+    extra = size - t.shape[dim]
+    if extra == 0:
+        return t
+    pad = [0, 0] * (t.dim() - 1 - dim) + ([extra, 0] if left else [0, extra])
+    return torch.nn.functional.pad(t, pad)
 
 
 @dataclass
@@ -246,71 +282,87 @@ class RunningBatch:
         self.prefill_tokens = 0  # prompt positions run through the model
         self.reused_tokens = 0  # prompt positions taken from the prefix cache or a shared prefix
         self.cache_kw = _cache_kw(model)
-        self.rows: list[RowState] = []
-        self.cache: Any = None  # DynamicCache over the live rows, [A, H, L, D] per layer
-        self.mask = torch.zeros(0, 0, dtype=torch.long, device=device)  # [A, L], 1 = real token
+        self.rows: list[RowState] = []  # live rows only: a finished or abandoned row leaves at once
+        self.slot: list[tuple[int, int]] = []  # (cache row, slot) of each row
+        self.cache: Any = None  # DynamicCache, [C, H, L, D] per layer
+        self.visible = torch.zeros(0, 0, 0, dtype=torch.bool, device=device)  # [C, W, L]
         self.next_pos = torch.zeros(0, dtype=torch.long, device=device)  # [A] position of the next token
         self.logits: torch.Tensor | None = None  # [A, V] for the token each row picks next
         self.prefills = 0
-        # Removing a row copies the whole cache, so retired rows stay (their tokens ignored) until
-        # they are more than this fraction of the batch or new rows are admitted (which copies anyway).
-        # Compacting at every finished row made cache copies, not the model, the cost of agent rollouts.
+        # Removing a cache row copies the whole cache, so cache rows whose slots all finished stay
+        # (decoding dummies) until they are more than this fraction of the cache rows or new rows are
+        # admitted (which copies anyway). Freeing a slot costs nothing: slots are renumbered in place.
         self.compact_fraction = 0.25
 
     @property
     def n_alive(self) -> int:
-        return sum(1 for r in self.rows if not r.retired)
+        return len(self.rows)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(cache rows C, slots per row W, cache length L)."""
+        c, w, n = self.visible.shape
+        return int(c), int(w), int(n)
 
     def retire(self, indices: list[int]) -> None:
-        """Stop decoding the rows at `indices` (their callers gave up); compaction happens later."""
+        """Stop decoding the rows at `indices` (their callers gave up)."""
         for a in indices:
             self.rows[a].retired = True
-        if self.rows and not self.n_alive:
-            self.drop([])
-
-    def compact(self) -> None:
-        """Remove retired rows from the cache."""
-        self.drop([a for a, r in enumerate(self.rows) if not r.retired])
+        self._keep([a for a, r in enumerate(self.rows) if not r.retired])
 
     def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
         """Prefill `requests` and add them (with their `rows`) to the running batch."""
         from transformers import DynamicCache
 
-        self.compact()
+        self._compact(force=True)
         distinct: dict[tuple[int, ...], int] = {}
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
         prompts = [list(p) for p in distinct]
         lengths = [len(p) for p in prompts]
         caches, last = self._prefill_prompts(prompts)
         self.prefills += len(prompts)
+        rows0, width0, len0 = self.shape if self.cache is not None else (0, 0, 0)
+        members: list[list[int]] = [[] for _ in prompts]
+        for i, u in enumerate(src):
+            members[u].append(i)
+        width = _slot_width([len(m) for m in members], max(len0, *lengths), rows0, width0)
+        # New cache rows: each prompt's requests, `width` at a time; a prompt's KV is copied per row.
+        row_prompt: list[int] = []
+        placed: list[tuple[int, int]] = [(0, 0)] * len(requests)  # request -> (new cache row, slot)
+        for u, idx in enumerate(members):
+            for start in range(0, len(idx), width):
+                for s, i in enumerate(idx[start:start + width]):
+                    placed[i] = (rows0 + len(row_prompt), s)
+                row_prompt.append(u)
         p_max = max(lengths)
-        new_kv: KV = []
-        for layer in range(len(caches[0])):
-            ks = [torch.nn.functional.pad(c[layer][0], (0, 0, p_max - n, 0)) for c, n in zip(caches, lengths)]
-            vs = [torch.nn.functional.pad(c[layer][1], (0, 0, p_max - n, 0)) for c, n in zip(caches, lengths)]
-            new_kv.append((torch.cat(ks), torch.cat(vs)))
+        pick = torch.tensor(row_prompt, device=self.device)
+        new_kv = [tuple(torch.cat([_pad_to(c[layer][which], 2, p_max, left=True) for c in caches]).index_select(0, pick)
+                        for which in (0, 1)) for layer in range(len(caches[0]))]
         del caches
-        mask = torch.zeros(len(prompts), p_max, dtype=torch.long, device=self.device)
-        for u, n in enumerate(lengths):
-            mask[u, p_max - n:] = 1
-        row_src = torch.tensor(src, device=self.device)
-        new_kv = [(k.index_select(0, row_src), v.index_select(0, row_src)) for k, v in new_kv]
-        new_mask, new_logits = mask.index_select(0, row_src), last.index_select(0, row_src)
+        w_all = max(width0, width)
+        length = max(len0, p_max)
+        vis = torch.zeros(len(row_prompt), w_all, length, dtype=torch.bool, device=self.device)
+        for (c, s), i in zip(placed, range(len(requests))):
+            vis[c - rows0, s, length - lengths[src[i]]:] = True
+        new_kv = [(_pad_to(k, 2, length, left=True), _pad_to(v, 2, length, left=True)) for k, v in new_kv]
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
-        if self.cache is None or not self.rows:
+        new_logits = last.index_select(0, torch.tensor(src, device=self.device))
+        if self.cache is None:
             self.cache = DynamicCache(ddp_cache_data=new_kv)
-            self.mask, self.logits, self.next_pos = new_mask, new_logits, new_pos
+            self.visible, self.logits, self.next_pos = vis, new_logits, new_pos
         else:
             assert self.logits is not None
-            length = max(self.mask.shape[1], p_max)
-            old_kv, old_mask = _left_pad([(la.keys, la.values) for la in self.cache.layers], self.mask, length)
-            new_kv, new_mask = _left_pad(new_kv, new_mask, length)
+            old = [(_pad_to(la.keys, 2, length, left=True), _pad_to(la.values, 2, length, left=True))
+                   for la in self.cache.layers]
             self.cache = DynamicCache(ddp_cache_data=[(torch.cat([ok, nk]), torch.cat([ov, nv]))
-                                                      for (ok, ov), (nk, nv) in zip(old_kv, new_kv)])
-            self.mask = torch.cat([old_mask, new_mask])
+                                                      for (ok, ov), (nk, nv) in zip(old, new_kv)])
+            del old
+            self.visible = torch.cat([_pad_to(_pad_to(self.visible, 2, length, left=True), 1, w_all, left=False),
+                                      vis])
             self.logits = torch.cat([self.logits, new_logits])
             self.next_pos = torch.cat([self.next_pos, new_pos])
         self.rows.extend(rows)
+        self.slot.extend(placed)
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
         """Prefill distinct prompts, running each shared or cached prefix through the model once."""
@@ -345,21 +397,54 @@ class RunningBatch:
         self.reused_tokens += sum(m for _, m in bases)
         return _prefill(self.model, prompts, self.device, bases)
 
-    def drop(self, keep: list[int]) -> None:
-        """Keep only the rows at positions `keep` (finished or abandoned rows leave)."""
+    def _keep(self, keep: list[int]) -> None:
+        """Keep only the rows at positions `keep`; free the others' slots."""
         if len(keep) == len(self.rows):
             return
         if not keep:
-            self.rows, self.cache, self.logits = [], None, None
-            self.mask = self.mask[:0]
+            self.rows, self.slot, self.cache, self.logits = [], [], None, None
+            self.visible = self.visible[:0, :0, :0]
             self.next_pos = self.next_pos[:0]
             return
         sel = torch.tensor(keep, dtype=torch.long, device=self.device)
-        assert self.cache is not None and self.logits is not None
-        self.cache.batch_select_indices(sel)
-        self.mask, self.next_pos = self.mask.index_select(0, sel), self.next_pos.index_select(0, sel)
-        self.logits = self.logits.index_select(0, sel)
+        assert self.logits is not None
+        self.next_pos, self.logits = self.next_pos.index_select(0, sel), self.logits.index_select(0, sel)
         self.rows = [self.rows[a] for a in keep]
+        self.slot = [self.slot[a] for a in keep]
+        self._compact(force=False)
+
+    def _compact(self, force: bool) -> None:
+        """Renumber slots so each cache row's live slots come first and the width is the fullest row's;
+        drop cache rows without live slots when they are over `compact_fraction` of the rows (`force`: any)."""
+        if self.cache is None:
+            return
+        n_rows, width, _ = self.shape
+        live = [0] * n_rows
+        for c, _ in self.slot:
+            live[c] += 1
+        kept = [c for c in range(n_rows) if live[c]]
+        if len(kept) < n_rows and (force or n_rows - len(kept) > self.compact_fraction * n_rows):
+            new_c = {c: j for j, c in enumerate(kept)}
+            self.cache.batch_select_indices(torch.tensor(kept, dtype=torch.long, device=self.device))
+            self.visible = self.visible[kept]
+            self.slot = [(new_c[c], s) for c, s in self.slot]
+            live = [live[c] for c in kept]
+            n_rows = len(kept)
+        new_width = max(live)
+        if new_width == width and all(s < live[c] for c, s in self.slot):
+            return
+        # slot order within a cache row is free: a slot's own columns are in its visibility row
+        order = [[-1] * new_width for _ in range(n_rows)]
+        fill = [0] * n_rows
+        renumbered = []
+        for c, s in self.slot:
+            order[c][fill[c]] = s
+            renumbered.append((c, fill[c]))
+            fill[c] += 1
+        src = torch.tensor([[s if s >= 0 else width for s in row] for row in order], device=self.device)
+        padded = torch.cat([self.visible, torch.zeros_like(self.visible[:, :1])], dim=1)  # index `width`: a dummy
+        self.visible = padded.gather(1, src[:, :, None].expand(-1, -1, padded.shape[2]))
+        self.slot = renumbered
 
     def step(self) -> list[RowState]:
         """Pick a token for every row; returns the rows that finished (already removed)."""
@@ -368,27 +453,35 @@ class RunningBatch:
         assert self.logits is not None and self.cache is not None
         ids, lps = choose_tokens(self.logits, self.rows)
         done_rows: list[RowState] = []
-        for a, (row, tok, lp) in enumerate(zip(self.rows, ids, lps)):
-            if row.retired:  # a retired row's pick is discarded
-                continue
+        for row, tok, lp, pos in zip(self.rows, ids, lps, self.next_pos.tolist()):
             row.token_ids.append(tok)
             row.logprobs.append(lp)
-            row.finish_reason = _finished(row, tok, int(self.next_pos[a]) + 1, self.spec)
+            row.finish_reason = _finished(row, tok, pos + 1, self.spec)
             if row.finish_reason is not None:
                 row.retired = True
                 done_rows.append(row)
-        alive = [a for a, r in enumerate(self.rows) if not r.retired]
-        if len(self.rows) - len(alive) > self.compact_fraction * len(self.rows):
-            self.drop(alive)
+        if done_rows:
+            alive = [a for a, r in enumerate(self.rows) if not r.retired]
             ids = [ids[a] for a in alive]
-        if not alive:
-            return done_rows
-        tokens = ids
-        self.mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=self.mask.dtype, device=self.device)], 1)
-        out = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=self.mask,
-                         position_ids=self.next_pos[:, None], use_cache=True, **{self.cache_kw: self.cache})
+            self._keep(alive)
+            if not alive:
+                return done_rows
+        n_rows, width, _ = self.shape
+        where = torch.tensor(self.slot, dtype=torch.long, device=self.device)  # [A, 2]
+        flat = where[:, 0] * width + where[:, 1]
+        tokens = torch.zeros(n_rows * width, dtype=torch.long, device=self.device)
+        tokens[flat] = torch.tensor(ids, device=self.device)
+        positions = torch.zeros(n_rows * width, dtype=torch.long, device=self.device)
+        positions[flat] = self.next_pos
+        # each slot (dummies too: a query must see some key) sees its own new column
+        own = torch.eye(width, dtype=torch.bool, device=self.device).expand(n_rows, -1, -1)
+        self.visible = torch.cat([self.visible, own], dim=2)
+        dtype = next(self.model.parameters()).dtype
+        out = self.model(input_ids=tokens.view(n_rows, width), position_ids=positions.view(n_rows, width),
+                         attention_mask=_attention_mask(self.model, self.visible, dtype), use_cache=True,
+                         **{self.cache_kw: self.cache})
         self.cache = _out_cache(out)
-        self.logits = out.logits[:, -1]
+        self.logits = out.logits.reshape(n_rows * width, -1).index_select(0, flat)
         self.next_pos = self.next_pos + 1
         return done_rows
 

@@ -29,9 +29,10 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.config import PolicyConfig, TrainConfig
+from agentrft.train.memory import peak_rss_mib, trim
 from agentrft.train.metrics import MetricsLogger, rollout_metrics
 from agentrft.train.stages import advantage_stage, grade_stage, pack_stage, rollout_stage
-from agentrft.train.update import autocast_dtype, lr_lambda, policy_update
+from agentrft.train.update import autocast_dtype, lr_lambda, make_optimizer, policy_update
 from agentrft.types import Run
 
 
@@ -126,7 +127,7 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
         ref_model = copy.deepcopy(sampler.model).eval().requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     o = cfg.optimizer
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = make_optimizer(params, o)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o, cfg.steps))
     state = TrainerState(policy_version=getattr(sampler, "policy_version", 0))
     if last is not None:
@@ -157,6 +158,7 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
             model.eval()  # sampling: no dropout
             groups, state.cursor, metrics = rollout_stage(cfg, runner, tasks, state.cursor, run_id,
                                                           state.policy_version, comps.grader, comps.store)
+            trim()  # the rollout's KV caches were freed in the engine thread's arena
             trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
             metrics.update(adv_metrics)
             batches = pack_stage(trajs, per_token, cfg, pad_id)
@@ -168,6 +170,7 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                 state.policy_version += 1  # sync: the sampler samples from these weights from now on
                 sampler.policy_version = state.policy_version
             model.eval()
+            trim()
             metrics["time/training_s"] = time.perf_counter() - t0
             metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
             metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(metrics["time/sampling_s"], 1e-9)
@@ -178,6 +181,7 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                 metrics["time/eval_s"] = time.perf_counter() - t0
             metrics["policy_version"] = float(state.policy_version)
             metrics["time/step_s"] = time.perf_counter() - t_step
+            metrics["mem/peak_rss_mib"] = peak_rss_mib()
             logger.log(step, metrics)
             history.append({"step": float(step), **metrics})
             every = cfg.checkpoint.every_steps

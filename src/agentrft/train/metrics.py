@@ -2,8 +2,8 @@
 
 Names follow what RFT users expect (SPECS §1): ``train_reward_mean``,
 ``valid_reward_mean``, per-grader means ``train_reward/<grader>``, grader error
-counts ``grader_errors/<flag>``, timing ``time/<stage>_s``, tokens and tool calls
-per episode.
+counts ``grader_errors/<flag>``, timing ``time/<stage>_s``, the process's peak resident
+memory so far ``mem/peak_rss_mib``, tokens and tool calls per episode.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str,
 
 
 def is_timing_key(key: str) -> bool:
-    """Keys that vary between identical runs (wall clock); resume-equality tests skip them."""
-    return key.startswith("time/") or key.endswith("tokens_per_s")
+    """Keys that vary between identical runs (wall clock, process memory); resume-equality tests skip them."""
+    return key.startswith(("time/", "mem/")) or key.endswith("tokens_per_s")
 
 
 class MetricsLogger:

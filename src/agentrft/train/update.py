@@ -59,6 +59,17 @@ def _autocast(dtype: torch.dtype | None) -> Iterator[None]:
             yield
 
 
+def make_optimizer(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.optim.Optimizer:
+    """AdamW with fp32 states. Fused where torch has a fused kernel for the parameters' device: one pass
+    per tensor and no temporaries, where the default multi-tensor ("foreach") step allocates scratch
+    copies the size of all parameters together (+540 MB at 135M parameters)."""
+    kwargs: dict[str, Any] = {"lr": opt.lr, "betas": opt.betas, "weight_decay": opt.weight_decay}
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    except (RuntimeError, ValueError):  # a device or dtype without the fused kernel
+        return torch.optim.AdamW(params, foreach=False, **kwargs)
+
+
 def lr_lambda(opt: OptimizerConfig, total_steps: int) -> Any:
     """Multiplier of the base LR at scheduler step s: linear warmup, then constant/linear/cosine decay."""
 
@@ -143,6 +154,7 @@ def policy_update(
                 sums[k] = sums.get(k, 0.0) + w * float(v)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
         optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update: free them
     scheduler.step()
     for mb in batches:
         mb.old_logprobs = None
