@@ -1,28 +1,28 @@
 """agentrft vs TRL's GRPOTrainer on CPU: same model, prompts, reward and sizes; seconds per step, peak RSS, reward.
 
-    .venv/bin/python benchmarks/vs_trl.py [--steps 3] [--finetune full lora] [--trl-python .venv-trl/bin/python]
+    bash benchmarks/setup_trl.sh                     # once: TRL in its own venv, .venv-trl
+    .venv/bin/python benchmarks/vs_trl.py [--steps 4] [--finetune full lora] [--json out.json]
 
 TRL is an optional *benchmark* dependency, never a runtime one. It lives in its own venv
-so its pins cannot touch agentrft's (torch first, pinned, so pip never pulls a CUDA build):
-
-    python3 -m venv .venv-trl
-    .venv-trl/bin/pip install torch==2.13.0
-    .venv-trl/bin/pip install trl transformers peft
+(`setup_trl.sh`: torch==2.13.0 first, then trl 1.16.0 and the versions it was measured
+with) so its pins cannot touch agentrft's.
 
 Setup (both systems): SmolLM2-135M-Instruct from agentrft's HF cache dir
 (`load_model_and_tokenizer("smollm2-135m")` writes it), the first 4 finqa-lite level-1
 training tasks rendered as agentrft renders them (system prompt with the calculator
-tool, three worked examples, the question: ~500 tokens), 8 samples each, at most 24
-new tokens, temperature 1, no KL / no reference model, lr 5e-5, gradient checkpointing,
-bf16 autocast when the CPU supports it, single turn. Reward (`calculator_reward`): 1 if
-the completion's ``<calculate>`` expression or its "The answer is X" is within 1% of the
-answer, 0.2 for a well-formed calculation that is wrong, else 0.
+tool, three worked examples, the question: ~680 tokens), 8 samples each, at most 24
+new tokens, temperature 1, no KL / no reference model, lr 5e-5 constant, gradient
+checkpointing, bf16 autocast when the CPU supports it, single turn, full fine-tune
+and LoRA r=16 / alpha 32 on all linear layers. Reward (`calculator_reward`): 1 if the
+completion's ``<calculate>`` expression or its "The answer is X" is within 1% of the
+answer, 0.2 for a well-formed calculation that is wrong, else 0. Both see the same 4
+prompts every step, so the reward curves are comparable step by step.
 
-Each system runs in its own subprocess (``--role``), so peak RSS (getrusage ru_maxrss)
-is its own. The first step pays one-off costs; medians are over all steps. Budget the
-time: on the shared 2-core box one TRL full fine-tune step with these ~680-token prompts
-took 501 s, and a 3-step TRL run did not finish in 27 minutes (``--trl-steps 1`` runs TRL
-for fewer steps than agentrft).
+Each system runs in its own subprocess (``--role``), one after the other, so peak RSS
+(getrusage ru_maxrss of that process) is its own and they never share the CPU. Medians
+are over all steps (the first pays one-off costs). Budget the time: a TRL full
+fine-tune step took ~290 s on the 2-core machine, so the default 4 steps x 2 settings
+run about 40 minutes.
 """
 
 from __future__ import annotations
@@ -227,12 +227,13 @@ def _summary(res: dict[str, Any]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--trl-steps", type=int, default=None,
                     help="TRL's steps (default: --steps); a TRL step takes minutes here, see the docstring")
     ap.add_argument("--finetune", nargs="+", choices=["full", "lora"], default=["full", "lora"])
     ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
     ap.add_argument("--no-shared-prefix", action="store_true", help="agentrft without shared-prefix updates")
+    ap.add_argument("--json", default=None, help="also write every step and the summary table here")
     ap.add_argument("--role", choices=["ours", "trl"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--finetune-one", default="full", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -261,11 +262,13 @@ def main() -> None:
           f"<= {MAX_NEW} new tokens, bf16={bool(bf16)}, steps={args.steps}", flush=True)
     trl_ok = Path(args.trl_python).exists()
     table = []
+    runs: dict[str, Any] = {}
     for ft in args.finetune:
         ours = _child("ours", sys.executable, args, ft, ["--no-shared-prefix"] if args.no_shared_prefix else [])
         trl = (_child("trl", args.trl_python, args, ft, ["--prompts", str(pfile), "--model-dir", str(model_dir),
                                                          "--bf16", str(bf16)])
-               if trl_ok else {"error": f"no TRL interpreter at {args.trl_python} (see the docstring)"})
+               if trl_ok else {"error": f"no TRL interpreter at {args.trl_python}: bash benchmarks/setup_trl.sh"})
+        runs[f"agentrft {ft}"], runs[f"TRL {ft}"] = ours, trl
         for name, res in (("agentrft", ours), ("TRL", trl)):
             print(f"\n== {name} / {ft}")
             if "error" in res:
@@ -282,6 +285,16 @@ def main() -> None:
                    "ours_reward": [round(s["reward"], 3) for s in ours["steps"]],
                    "trl_reward": [round(s.get("reward", float("nan")), 3) for s in trl["steps"]]}
             table.append(row)
+    curves = {f"{name} {r['finetune']}": r[key] for r in table for name, key in (("agentrft", "ours_reward"),
+                                                                                  ("TRL", "trl_reward"))}
+    if curves:
+        print("\nreward mean per step (same 4 prompts x 8 samples each step)")
+        print("| step | " + " | ".join(curves) + " |")
+        print("|---|" + "---|" * len(curves))
+        for i in range(max(len(c) for c in curves.values())):
+            print(f"| {i + 1} | " + " | ".join(f"{c[i]:.3f}" if i < len(c) else "-" for c in curves.values()) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"table": table, "runs": runs}, indent=1))
     print("\n| finetune | agentrft s/step | TRL s/step | ratio | agentrft peak RSS MiB | TRL peak RSS MiB | ratio |"
           " agentrft reward/step | TRL reward/step |")
     print("|---|---|---|---|---|---|---|---|---|")
