@@ -231,17 +231,18 @@ def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> to
     return torch.cat([t[j:j + 1, :, m_max - m:m_max], t[j:j + 1, :, m_max + s_max - n:]], dim=2)
 
 
-def _slot_width(counts: list[int], length: int, rows0: int, width0: int) -> int:
+def _slot_width(counts: list[int], length: int, rows0: int, width0: int, token_cost: float = 3000.0) -> int:
     """Slots per cache row for newly admitted prompts (see "Layout" in the module docstring).
 
     `counts[u]` requests share prompt u; `rows0` cache rows `width0` slots wide are running;
     `length` is the cache length after admission. A decode step costs about
-    rows x width x (3000 + length) (every slot is a token through the whole model, dummies
-    too, and attends to `length` keys), plus 8 x rows x length for reading the KV once per
-    cache row. Splitting a prompt over more rows trades dummy slots for KV copies."""
+    rows x width x (token_cost + length) in units of attending to one key (every slot is a
+    token through the whole model, dummies too: ~12 h^2 multiply-adds per layer against 2 h
+    per key, so token_cost ~ 6 h for hidden size h), plus 8 x rows x length for reading
+    each cache row's KV. Splitting a prompt over more rows trades dummy slots for KV copies."""
     def cost(w: int) -> float:
         rows = rows0 + sum(-(-n // w) for n in counts)
-        return rows * max(width0, w) * (3000 + length) + 8 * rows * length
+        return rows * max(width0, w) * (token_cost + length) + 8 * rows * length
 
     return min(range(max(counts), 0, -1), key=cost)  # ties: the widest (fewest copies)
 
@@ -293,6 +294,7 @@ class RunningBatch:
         # (decoding dummies) until they are more than this fraction of the cache rows or new rows are
         # admitted (which copies anyway). Freeing a slot costs nothing: slots are renumbered in place.
         self.compact_fraction = 0.25
+        self.token_cost = 6.0 * float(getattr(model.config, "hidden_size", 500))  # see _slot_width
 
     @property
     def n_alive(self) -> int:
@@ -325,7 +327,7 @@ class RunningBatch:
         members: list[list[int]] = [[] for _ in prompts]
         for i, u in enumerate(src):
             members[u].append(i)
-        width = _slot_width([len(m) for m in members], max(len0, *lengths), rows0, width0)
+        width = _slot_width([len(m) for m in members], max(len0, *lengths), rows0, width0, self.token_cost)
         # New cache rows: each prompt's requests, `width` at a time; a prompt's KV is copied per row.
         row_prompt: list[int] = []
         placed: list[tuple[int, int]] = [(0, 0)] * len(requests)  # request -> (new cache row, slot)
