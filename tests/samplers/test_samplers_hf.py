@@ -355,3 +355,60 @@ def test_rows_joining_a_wider_batch_decode_as_alone(sampler: HFSampler, prompt: 
         _drain(batch)
         for row, req, seed in zip(g_rows + l_rows, group + late, [7, 8, 9, 10, 0, 0, 0]):
             _assert_same(row, _alone(model, req, seed))
+
+
+def test_eager_attention_gets_an_additive_mask(prompt: list[int]) -> None:
+    model, _ = tiny_model_and_tokenizer(seed=1)
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    reqs = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=4 + i)) for i in range(3)]
+    rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), i)) for i, r in enumerate(reqs)]
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    with torch.inference_mode():
+        batch.admit(reqs, rows)
+        assert batch.shape[:2] == (1, 3)
+        _drain(batch)
+        for i, (row, req) in enumerate(zip(rows, reqs)):
+            _assert_same(row, _alone(model, req, i))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_admissions_finishes_and_abandons_decode_as_alone(sampler: HFSampler, prompt: list[int],
+                                                                  seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    done: list[tuple[RowState, SampleRequest, int]] = []
+    abandoned: list[RowState] = []
+    n = 0
+    with torch.inference_mode():
+        for _ in range(6):
+            reqs, rows, seeds = [], [], []
+            for _ in range(rng.randint(1, 3)):  # a few prompts, each asked 1-5 times
+                cut = rng.randint(8, len(prompt))
+                for _ in range(rng.choice([1, 1, 3, 5])):
+                    p = SamplingParams(temperature=1.0, max_tokens=rng.randint(1, 9))
+                    reqs.append(SampleRequest(prompt[:cut], p))
+                    rows.append(RowState(p, make_generator(p, torch.device("cpu"), n)))
+                    seeds.append(n)
+                    n += 1
+            batch.admit(reqs, rows)
+            done += list(zip(rows, reqs, seeds))
+            for _ in range(rng.randint(0, 3)):
+                batch.step()
+            if batch.rows and rng.random() < 0.5:  # a caller gives up
+                a = rng.randrange(len(batch.rows))
+                abandoned.append(batch.rows[a])
+                batch.retire([a])
+        _drain(batch)
+    assert batch.shape == (0, 0, 0)
+    for row, req, s in done:
+        ref = _alone(model, req, s)
+        if any(row is r for r in abandoned):  # what it had so far is a prefix of its solo run
+            assert ref.token_ids[:len(row.token_ids)] == row.token_ids
+        else:
+            _assert_same(row, ref)
