@@ -412,3 +412,23 @@ def test_random_admissions_finishes_and_abandons_decode_as_alone(sampler: HFSamp
             assert ref.token_ids[:len(row.token_ids)] == row.token_ids
         else:
             _assert_same(row, ref)
+
+
+def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list[int]) -> None:
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    reqs = [SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=6)) for _ in range(2)]
+    rows = [RowState(r.params, None) for r in reqs]
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    with torch.inference_mode():
+        batch.admit(reqs, rows)
+        layer = batch.cache.layers[0]
+        buf = layer._bufs[0]
+        batch.step()
+        assert batch.cache.layers[0]._bufs[0] is buf  # written in place, no copy
+        assert layer.keys.data_ptr() == buf.data_ptr() and layer.keys.shape[2] == len(prompt) + 2
+        rows[0].params = rows[1].params = SamplingParams(temperature=0.0, max_tokens=40)  # beyond the planned room
+        _drain(batch)
+    for row, req in zip(rows, reqs):
+        ref = _alone(model, SampleRequest(req.prompt_ids, SamplingParams(temperature=0.0, max_tokens=40)), 0)
+        assert row.token_ids == ref.token_ids

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
 from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, shared_prefixes
@@ -264,6 +265,56 @@ def _pad_to(t: torch.Tensor, dim: int, size: int, left: bool) -> torch.Tensor:
     return torch.nn.functional.pad(t, pad)
 
 
+class _RoomyLayer(DynamicLayer):
+    """A cache layer whose keys and values are views of the first n positions of buffers with room for
+    more: `update` writes the new columns in place. A plain `DynamicLayer` `torch.cat`s, copying the
+    whole cache every step, and its ever slightly larger allocations fragment the heap (the resident
+    set grew to several times the live cache in long multi-turn rollouts)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
+        super().__init__()
+        self.device, self.is_initialized = keys.device, True
+        self._bufs, self._n = (keys, values), n
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = (b[:, :, :self._n] for b in self._bufs)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        n, w = self._n, key_states.shape[-2]
+        if n + w > self._bufs[0].shape[2]:  # out of room: grow by half
+            self._move(torch.arange(self._bufs[0].shape[0], device=self.device), (n + w) * 3 // 2)
+        self._bufs[0][:, :, n:n + w] = key_states
+        self._bufs[1][:, :, n:n + w] = value_states
+        self._n = n + w
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._move(indices, self._bufs[0].shape[2])
+
+    def _move(self, rows: torch.Tensor, capacity: int) -> None:
+        """New buffers of `capacity` positions holding `rows`; only the written part is copied (and touched)."""
+        moved = []
+        for b in self._bufs:
+            nb = b.new_empty(len(rows), b.shape[1], capacity, b.shape[3])
+            for j, i in enumerate(rows.tolist()):
+                nb[j, :, :self._n] = b[i, :, :self._n]
+            moved.append(nb)
+        self._bufs = (moved[0], moved[1])
+        self._views()
+
+
+def _cache_of(layers: list[DynamicLayer]) -> Any:
+    """A `DynamicCache` over these layers."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = list(layers)
+    return cache
+
+
 @dataclass
 class DecodeSpec:
     """What the engine needs to know about the tokenizer and model limits."""
@@ -314,8 +365,6 @@ class RunningBatch:
 
     def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
         """Prefill `requests` and add them (with their `rows`) to the running batch."""
-        from transformers import DynamicCache
-
         self._compact(force=True)
         distinct: dict[tuple[int, ...], int] = {}
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
@@ -337,28 +386,37 @@ class RunningBatch:
                     placed[i] = (rows0 + len(row_prompt), s)
                 row_prompt.append(u)
         p_max = max(lengths)
-        pick = torch.tensor(row_prompt, device=self.device)
-        new_kv = [tuple(torch.cat([_pad_to(c[layer][which], 2, p_max, left=True) for c in caches]).index_select(0, pick)
-                        for which in (0, 1)) for layer in range(len(caches[0]))]
-        del caches
         w_all = max(width0, width)
         length = max(len0, p_max)
         vis = torch.zeros(len(row_prompt), w_all, length, dtype=torch.bool, device=self.device)
         for (c, s), i in zip(placed, range(len(requests))):
             vis[c - rows0, s, length - lengths[src[i]]:] = True
-        new_kv = [(_pad_to(k, 2, length, left=True), _pad_to(v, 2, length, left=True)) for k, v in new_kv]
+        # Room for every column the batch can still append (W per step until its longest row is done),
+        # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
+        left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
+        capacity = length + w_all * min(left, 2048) + 1  # past that, `_RoomyLayer` grows by half
+        old = [(la.keys, la.values) for la in self.cache.layers] if self.cache is not None else []
+        layers = []
+        for layer in range(len(caches[0])):
+            like = caches[0][layer][0]
+            bufs = []
+            for which in (0, 1):
+                buf = like.new_empty(rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
+                buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
+                if old:
+                    buf[:rows0, :, length - len0:length] = old[layer][which]
+                for c, u in enumerate(row_prompt):
+                    buf[rows0 + c, :, length - lengths[u]:length] = caches[u][layer][which][0]
+                bufs.append(buf)
+            layers.append(_RoomyLayer(bufs[0], bufs[1], length))
+        del caches, old
+        self.cache = _cache_of(layers)
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
         new_logits = last.index_select(0, torch.tensor(src, device=self.device))
-        if self.cache is None:
-            self.cache = DynamicCache(ddp_cache_data=new_kv)
+        if rows0 == 0:
             self.visible, self.logits, self.next_pos = vis, new_logits, new_pos
         else:
             assert self.logits is not None
-            old = [(_pad_to(la.keys, 2, length, left=True), _pad_to(la.values, 2, length, left=True))
-                   for la in self.cache.layers]
-            self.cache = DynamicCache(ddp_cache_data=[(torch.cat([ok, nk]), torch.cat([ov, nv]))
-                                                      for (ok, ov), (nk, nv) in zip(old, new_kv)])
-            del old
             self.visible = torch.cat([_pad_to(_pad_to(self.visible, 2, length, left=True), 1, w_all, left=False),
                                       vis])
             self.logits = torch.cat([self.logits, new_logits])
