@@ -10,11 +10,11 @@ import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
 from agentrft.samplers.hf import HFSampler
+from agentrft.samplers.hf_prefill import _prefill_chunks
 from agentrft.samplers.hf_decode import (
     DecodeSpec,
     RowState,
     RunningBatch,
-    _prefill_chunks,
     _slot_width,
     _top_p_filter,
     generate_batch,

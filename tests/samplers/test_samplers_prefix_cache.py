@@ -193,7 +193,7 @@ def test_disabled_cache_takes_the_plain_path(model_tok) -> None:  # noqa: ANN001
 
 
 def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:  # noqa: ANN001
-    from agentrft.samplers.hf_decode import _prefill
+    from agentrft.samplers.hf_prefill import _prefill
 
     model, _ = model_tok
     s = make(model_tok)

@@ -1,6 +1,7 @@
 """The batched decode engine behind `HFSampler` (synchronous; runs in a worker thread).
 
-A `RunningBatch` holds the rows being decoded and their KV cache:
+A `RunningBatch` holds the rows being decoded and their KV cache (prefill is in
+`hf_prefill`, the cache layers that append in place in `kv_cache`):
 
 * `admit(requests)` **prefills** each *distinct* prompt once, in chunks of
   similar length (left padded, at most 20% padding, so prompt lengths that
@@ -46,15 +47,15 @@ per cache row, V vocabulary, H kv heads, P prompt length, L cache length, D head
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
-from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, shared_prefixes
+from agentrft.samplers.hf_prefill import cache_kw, out_cache, prefill_prompts
+from agentrft.samplers.kv_cache import RoomyLayer, cache_of, pad_to
+from agentrft.samplers.prefix_cache import KV, PrefixCache
 
 
 @dataclass
@@ -116,122 +117,6 @@ def _top_p_filter(x: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return x.masked_fill(drop, float("-inf"))
 
 
-def _cache_kw(model: Any) -> str:
-    """transformers 5 names the KV-cache argument `cache`; 4.x named it `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _out_cache(out: Any) -> Any:
-    return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-
-
-def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: float = 0.2) -> list[list[int]]:
-    """Group prompt indices for batched prefill: longest first, a new chunk whenever
-    left padding would exceed `max_waste` of the chunk or its padded size `max_tokens`."""
-    order = sorted(range(len(lengths)), key=lambda u: -lengths[u])
-    chunks: list[list[int]] = []
-    for u in order:
-        if chunks:
-            c = chunks[-1]
-            longest = lengths[c[0]]
-            area = longest * (len(c) + 1)
-            real = sum(lengths[i] for i in c) + lengths[u]
-            if area <= max_tokens and area - real <= max_waste * area:
-                c.append(u)
-                continue
-        chunks.append([u])
-    return chunks
-
-
-def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
-             bases: list[tuple[KV | None, int]] | None = None) -> tuple[list[KV], torch.Tensor]:
-    """Prefill the prompts in length-bucketed, left-padded chunks.
-
-    `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens,
-    already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
-    through the model. Returns per-prompt per-layer (k, v) of shape [1,H,P,D]
-    (padding cut off) and the last-position logits [U, V].
-    """
-    from transformers import DynamicCache
-
-    bases = bases or [(None, 0)] * len(prompts)
-    base_lens = [m for _, m in bases]
-    lengths = [len(p) - m for p, m in zip(prompts, base_lens)]  # what each prompt still prefills
-    caches: list[Any] = [None] * len(prompts)
-    last: list[Any] = [None] * len(prompts)
-    for chunk in _prefill_chunks(lengths):
-        s_max = lengths[chunk[0]]
-        m_max = max(base_lens[u] for u in chunk)
-        ids = torch.zeros(len(chunk), s_max, dtype=torch.long, device=device)
-        mask = torch.zeros(len(chunk), m_max + s_max, dtype=torch.long, device=device)
-        pos = torch.zeros(len(chunk), s_max, dtype=torch.long, device=device)
-        for j, u in enumerate(chunk):
-            m, n = base_lens[u], lengths[u]
-            ids[j, s_max - n:] = torch.tensor(prompts[u][m:], device=device)
-            mask[j, m_max - m:m_max] = 1
-            mask[j, m_max + s_max - n:] = 1
-            pos[j, s_max - n:] = torch.arange(m, m + n, device=device)
-        kwargs: dict[str, Any] = {}
-        if not bool(mask.all()):  # no padding (e.g. a prompt alone): no mask, the fast causal path
-            kwargs["attention_mask"] = mask
-        if m_max:
-            # Prefixes sit right-aligned before the suffixes: [pad | base | pad | suffix]; the mask
-            # hides both pads. A chunk sharing one base (a group's prefix) expands it, no copy.
-            first = bases[chunk[0]][0]
-            if first is not None and all(bases[u][0] is first for u in chunk):
-                past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in first]
-            else:
-                like = next(kv for kv, _ in (bases[u] for u in chunk) if kv is not None)
-                past = [tuple(torch.cat([_left_pad_base(bases[u][0], like, layer, which, m_max) for u in chunk])
-                              for which in (0, 1)) for layer in range(len(like))]
-            kwargs[_cache_kw(model)] = DynamicCache(ddp_cache_data=past)
-        out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
-        layers = _out_cache(out).layers
-        for j, u in enumerate(chunk):
-            m, n = base_lens[u], lengths[u]
-            caches[u] = [(_real(la.keys, j, m_max, m, s_max, n), _real(la.values, j, m_max, m, s_max, n))
-                         for la in layers]
-            last[u] = out.logits[j, -1]
-    return caches, torch.stack(last)
-
-
-def _by_depth(tree: list[SharedPrefix]) -> list[list[int]]:
-    """Indices of the shared-prefix tree's nodes, grouped by depth (roots first)."""
-    depth: list[int] = []
-    for node in tree:
-        depth.append(0 if node.parent is None else depth[node.parent] + 1)
-    return [[i for i, d in enumerate(depth) if d == level] for level in range(max(depth, default=-1) + 1)]
-
-
-def _kept_ancestor(tree: list[SharedPrefix], i: int, heads: dict[int, tuple[KV, int]]) -> tuple[KV | None, int]:
-    """The KV of node i's nearest ancestor that was prefilled this round, if any."""
-    parent = tree[i].parent
-    while parent is not None and parent not in heads:
-        parent = tree[parent].parent
-    return heads[parent] if parent is not None else (None, 0)
-
-
-def _best(a: tuple[KV | None, int], b: tuple[KV | None, int]) -> tuple[KV | None, int]:
-    return a if a[1] >= b[1] else b
-
-
-def _left_pad_base(kv: KV | None, like: KV, layer: int, which: int, length: int) -> torch.Tensor:
-    """A base's layer keys (which=0) or values (1), left-padded with zeros to `length` positions;
-    all zeros for a row without a base (`like` gives the shape)."""
-    if kv is None:
-        ref = like[layer][which]
-        return ref.new_zeros(1, ref.shape[1], length, ref.shape[3])
-    t = kv[layer][which]
-    return torch.nn.functional.pad(t, (0, 0, length - t.shape[2], 0))
-
-
-def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> torch.Tensor:
-    """Row j's real positions of a [pad | base(m) | pad | suffix(n)] cache: [1,H,m+n,D]."""
-    if m == 0 or n == s_max:  # one contiguous run: a view
-        return t[j:j + 1, :, m_max + s_max - n - m:] if n == s_max else t[j:j + 1, :, m_max + s_max - n:]
-    return torch.cat([t[j:j + 1, :, m_max - m:m_max], t[j:j + 1, :, m_max + s_max - n:]], dim=2)
-
-
 def _slot_width(counts: list[int], length: int, rows0: int, width0: int, token_cost: float = 3000.0) -> int:
     """Slots per cache row for newly admitted prompts (see "Layout" in the module docstring).
 
@@ -256,65 +141,6 @@ def _attention_mask(model: Any, visible: torch.Tensor, dtype: torch.dtype) -> to
     return mask
 
 
-def _pad_to(t: torch.Tensor, dim: int, size: int, left: bool) -> torch.Tensor:
-    """Zero-pad dimension `dim` of `t` to `size` (on the left or the right)."""
-    extra = size - t.shape[dim]
-    if extra == 0:
-        return t
-    pad = [0, 0] * (t.dim() - 1 - dim) + ([extra, 0] if left else [0, extra])
-    return torch.nn.functional.pad(t, pad)
-
-
-class _RoomyLayer(DynamicLayer):
-    """A cache layer whose keys and values are views of the first n positions of buffers with room for
-    more: `update` writes the new columns in place. A plain `DynamicLayer` `torch.cat`s, copying the
-    whole cache every step, and its ever slightly larger allocations fragment the heap (the resident
-    set grew to several times the live cache in long multi-turn rollouts)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
-        super().__init__()
-        self.device, self.is_initialized = keys.device, True
-        self._bufs, self._n = (keys, values), n
-        self._views()
-
-    def _views(self) -> None:
-        self.keys, self.values = (b[:, :, :self._n] for b in self._bufs)
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        n, w = self._n, key_states.shape[-2]
-        if n + w > self._bufs[0].shape[2]:  # out of room: grow by half
-            self._move(torch.arange(self._bufs[0].shape[0], device=self.device), (n + w) * 3 // 2)
-        self._bufs[0][:, :, n:n + w] = key_states
-        self._bufs[1][:, :, n:n + w] = value_states
-        self._n = n + w
-        self._views()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._move(indices, self._bufs[0].shape[2])
-
-    def _move(self, rows: torch.Tensor, capacity: int) -> None:
-        """New buffers of `capacity` positions holding `rows`; only the written part is copied (and touched)."""
-        moved = []
-        for b in self._bufs:
-            nb = b.new_empty(len(rows), b.shape[1], capacity, b.shape[3])
-            for j, i in enumerate(rows.tolist()):
-                nb[j, :, :self._n] = b[i, :, :self._n]
-            moved.append(nb)
-        self._bufs = (moved[0], moved[1])
-        self._views()
-
-
-def _cache_of(layers: list[DynamicLayer]) -> Any:
-    """A `DynamicCache` over these layers."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.layers = list(layers)
-    return cache
-
-
 @dataclass
 class DecodeSpec:
     """What the engine needs to know about the tokenizer and model limits."""
@@ -333,7 +159,7 @@ class RunningBatch:
         self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
         self.prefill_tokens = 0  # prompt positions run through the model
         self.reused_tokens = 0  # prompt positions taken from the prefix cache or a shared prefix
-        self.cache_kw = _cache_kw(model)
+        self.cache_kw = cache_kw(model)
         self.rows: list[RowState] = []  # live rows only: a finished or abandoned row leaves at once
         self.slot: list[tuple[int, int]] = []  # (cache row, slot) of each row
         self.cache: Any = None  # DynamicCache, [C, H, L, D] per layer
@@ -394,7 +220,7 @@ class RunningBatch:
         # Room for every column the batch can still append (W per step until its longest row is done),
         # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
         left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
-        capacity = length + w_all * min(left, 2048) + 1  # past that, `_RoomyLayer` grows by half
+        capacity = length + w_all * min(left, 2048) + 1  # past that, `kv_cache.RoomyLayer` grows by half
         old = [(la.keys, la.values) for la in self.cache.layers] if self.cache is not None else []
         layers = []
         for layer in range(len(caches[0])):
@@ -408,16 +234,16 @@ class RunningBatch:
                 for c, u in enumerate(row_prompt):
                     buf[rows0 + c, :, length - lengths[u]:length] = caches[u][layer][which][0]
                 bufs.append(buf)
-            layers.append(_RoomyLayer(bufs[0], bufs[1], length))
+            layers.append(RoomyLayer(bufs[0], bufs[1], length))
         del caches, old
-        self.cache = _cache_of(layers)
+        self.cache = cache_of(layers)
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
         new_logits = last.index_select(0, torch.tensor(src, device=self.device))
         if rows0 == 0:
             self.visible, self.logits, self.next_pos = vis, new_logits, new_pos
         else:
             assert self.logits is not None
-            self.visible = torch.cat([_pad_to(_pad_to(self.visible, 2, length, left=True), 1, w_all, left=False),
+            self.visible = torch.cat([pad_to(pad_to(self.visible, 2, length, left=True), 1, w_all, left=False),
                                       vis])
             self.logits = torch.cat([self.logits, new_logits])
             self.next_pos = torch.cat([self.next_pos, new_pos])
@@ -426,36 +252,10 @@ class RunningBatch:
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
         """Prefill distinct prompts, running each shared or cached prefix through the model once."""
-        pc = self.prefix_cache
-        if pc is None or not pc.enabled:
-            self.prefill_tokens += sum(map(len, prompts))
-            return _prefill(self.model, prompts, self.device)
-        arrs = [as_tokens(p) for p in prompts]
-        bases = [pc.lookup(a, len(a) - 1) for a in arrs]
-        # Prefixes shared within this round that reach beyond what the cache gives: prefill each
-        # once, on top of its parent's or a cached prefix, remember it, and use it for its members.
-        # Prefixes are visited parents first; each prompt ends with the deepest one it belongs to.
-        heads: dict[int, tuple[KV, int]] = {}
-        tree = shared_prefixes(arrs, pc.min_tokens)
-        for depth_nodes in _by_depth(tree):
-            todo = [i for i in depth_nodes if sum(bases[u][1] < tree[i].length for u in tree[i].members) >= 2]
-            if not todo:
-                continue
-            texts = [prompts[tree[i].members[0]][:tree[i].length] for i in todo]
-            head_bases = [_best(pc.lookup(as_tokens(h), len(h) - 1), _kept_ancestor(tree, i, heads))
-                          for i, h in zip(todo, texts)]
-            kvs, _ = _prefill(self.model, texts, self.device, head_bases)
-            self.prefill_tokens += sum(len(h) - m for h, (_, m) in zip(texts, head_bases))
-            self.reused_tokens += sum(m for _, m in head_bases)
-            for i, h, kv in zip(todo, texts, kvs):
-                heads[i] = (kv, tree[i].length)
-                pc.add(as_tokens(h), kv)
-                for u in tree[i].members:
-                    if bases[u][1] < tree[i].length:
-                        bases[u] = heads[i]
-        self.prefill_tokens += sum(len(p) - m for p, (_, m) in zip(prompts, bases))
-        self.reused_tokens += sum(m for _, m in bases)
-        return _prefill(self.model, prompts, self.device, bases)
+        caches, last, computed, reused = prefill_prompts(self.model, prompts, self.device, self.prefix_cache)
+        self.prefill_tokens += computed
+        self.reused_tokens += reused
+        return caches, last
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""
@@ -540,7 +340,7 @@ class RunningBatch:
         out = self.model(input_ids=tokens.view(n_rows, width), position_ids=positions.view(n_rows, width),
                          attention_mask=_attention_mask(self.model, self.visible, dtype), use_cache=True,
                          **{self.cache_kw: self.cache})
-        self.cache = _out_cache(out)
+        self.cache = out_cache(out)
         self.logits = out.logits.reshape(n_rows * width, -1).index_select(0, flat)
         self.next_pos = self.next_pos + 1
         return done_rows
