@@ -129,7 +129,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         "optimizer": {"lr": LR, "shared_prefix": not args.no_shared_prefix},
         "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False},
     })
-    result = train(cfg, Path(tempfile.mkdtemp(prefix="vs-trl-ours-")), components=Components(env, sampler, Reward()))
+    with tempfile.TemporaryDirectory(prefix="vs-trl-ours-") as run_dir:  # its checkpoints take ~2 GB
+        result = train(cfg, Path(run_dir), components=Components(env, sampler, Reward()))
     steps = [{"step_s": h["time/step_s"], "sampling_s": h["time/sampling_s"] + h["time/grading_s"],
               "update_s": h["time/training_s"], "reward": h["train_reward_mean"],
               "forward_tokens": h["train_forward_tokens"], "sequence_tokens": h.get("train_sequence_tokens", 0.0)}
@@ -207,15 +208,16 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------ orchestration
 def _child(role: str, python: str, args: argparse.Namespace, finetune: str, extra: list[str]) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix=f"vs-trl-{role}-", suffix=".json")[1])
-    steps = args.trl_steps if role == "trl" and args.trl_steps else args.steps
     cmd = [python, str(Path(__file__).resolve()), "--role", role, "--finetune-one", finetune,
-           "--steps", str(steps), "--out", str(out), *extra]
+           "--steps", str(args.steps), "--out", str(out), *extra]
     print(f"[{role} {finetune}] {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
         return {"error": f"exit {proc.returncode}: {tail}"}
-    return json.loads(out.read_text())
+    res = json.loads(out.read_text())
+    out.unlink()
+    return res
 
 
 def _summary(res: dict[str, Any]) -> dict[str, float]:
@@ -228,8 +230,6 @@ def _summary(res: dict[str, Any]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--trl-steps", type=int, default=None,
-                    help="TRL's steps (default: --steps); a TRL step takes minutes here, see the docstring")
     ap.add_argument("--finetune", nargs="+", choices=["full", "lora"], default=["full", "lora"])
     ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
     ap.add_argument("--no-shared-prefix", action="store_true", help="agentrft without shared-prefix updates")

@@ -26,10 +26,9 @@ carrying the raw text), which the agent loop shows to the model as a tool error.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 

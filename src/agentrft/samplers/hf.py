@@ -290,13 +290,9 @@ class HFSampler:
             admit: list[_Pending] = []
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
             # waiting, or the oldest request has waited admit_max_wait_s.
-            alive = batch.n_alive
-            if alive and pending and len(pending) < max(1, self.admit_fraction * alive) and \
-                    time.perf_counter() - pending[0].t0 < self.admit_max_wait_s:
-                pass
-            else:
-                alive = -1
-            while alive < 0 and pending and not self._hold.is_set() and \
+            wait = bool(batch.n_alive and pending) and len(pending) < max(1, self.admit_fraction * batch.n_alive) \
+                and time.perf_counter() - pending[0].t0 < self.admit_max_wait_s
+            while not wait and pending and not self._hold.is_set() and \
                     batch.n_alive + len(admit) < self.max_batch_size:
                 p = pending.popleft()
                 if not p.future.done():  # skip callers that gave up
@@ -307,7 +303,7 @@ class HFSampler:
             try:
                 with torch.inference_mode():
                     # Rows whose caller gave up leave before the next step.
-                    batch.retire([a for a, r in enumerate(batch.rows) if not r.retired and r.owner.future.done()])
+                    batch.retire([a for a, r in enumerate(batch.rows) if r.owner.future.done()])
                     if admit:
                         if self.prefix_cache.enabled:
                             self.prefix_cache.validate(self._weights_key(fresh))

@@ -54,7 +54,7 @@ import torch
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
 from agentrft.samplers.hf_prefill import cache_kw, out_cache, prefill_prompts
-from agentrft.samplers.kv_cache import RoomyLayer, cache_of, pad_to
+from agentrft.samplers.kv_cache import RoomyLayer, cache_of
 from agentrft.samplers.prefix_cache import KV, PrefixCache
 
 
@@ -68,7 +68,6 @@ class RowState:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     owner: Any = None  # the caller's handle (HFSampler: the request and its future)
-    retired: bool = False  # finished or abandoned: decoded no more, its cache rows await compaction
 
 
 def make_generator(params: SamplingParams, device: torch.device, seed: int) -> torch.Generator | None:
@@ -133,12 +132,22 @@ def _slot_width(counts: list[int], length: int, rows0: int, width0: int, token_c
     return min(range(max(counts), 0, -1), key=cost)  # ties: the widest (fewest copies)
 
 
-def _attention_mask(model: Any, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _attention_mask(model: Any, visible: torch.Tensor) -> torch.Tensor:
     """The [C, 1, W, L] mask as the attention wants it: bool for SDPA, additive float for eager."""
     mask = visible[:, None]
     if getattr(model.config, "_attn_implementation", "sdpa") == "eager":
+        dtype = next(model.parameters()).dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     return mask
+
+
+def pad_to(t: torch.Tensor, dim: int, size: int, left: bool) -> torch.Tensor:
+    """Zero-pad dimension `dim` of `t` to `size` (on the left or the right)."""
+    extra = size - t.shape[dim]
+    if extra == 0:
+        return t
+    pad = [0, 0] * (t.dim() - 1 - dim) + ([extra, 0] if left else [0, extra])
+    return torch.nn.functional.pad(t, pad)
 
 
 @dataclass
@@ -185,13 +194,12 @@ class RunningBatch:
 
     def retire(self, indices: list[int]) -> None:
         """Stop decoding the rows at `indices` (their callers gave up)."""
-        for a in indices:
-            self.rows[a].retired = True
-        self._keep([a for a, r in enumerate(self.rows) if not r.retired])
+        gone = set(indices)
+        self._keep([a for a in range(len(self.rows)) if a not in gone])
 
     def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
         """Prefill `requests` and add them (with their `rows`) to the running batch."""
-        self._compact(force=True)
+        kept = self._compact(force=True, move_kv=False)  # dead cache rows are left out of the copy below
         distinct: dict[tuple[int, ...], int] = {}
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
         prompts = [list(p) for p in distinct]
@@ -215,13 +223,14 @@ class RunningBatch:
         w_all = max(width0, width)
         length = max(len0, p_max)
         vis = torch.zeros(len(row_prompt), w_all, length, dtype=torch.bool, device=self.device)
-        for (c, s), i in zip(placed, range(len(requests))):
+        for i, (c, s) in enumerate(placed):
             vis[c - rows0, s, length - lengths[src[i]]:] = True
         # Room for every column the batch can still append (W per step until its longest row is done),
         # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
         left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
         capacity = length + w_all * min(left, 2048) + 1  # past that, `kv_cache.RoomyLayer` grows by half
         old = [(la.keys, la.values) for la in self.cache.layers] if self.cache is not None else []
+        old_rows = kept if kept is not None else range(rows0)  # the live cache rows, in their new order
         layers = []
         for layer in range(len(caches[0])):
             like = caches[0][layer][0]
@@ -229,8 +238,8 @@ class RunningBatch:
             for which in (0, 1):
                 buf = like.new_empty(rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
-                if old:
-                    buf[:rows0, :, length - len0:length] = old[layer][which]
+                for j, c in enumerate(old_rows if old else ()):  # row by row: no temporary copy of the cache
+                    buf[j, :, length - len0:length] = old[layer][which][c]
                 for c, u in enumerate(row_prompt):
                     buf[rows0 + c, :, length - lengths[u]:length] = caches[u][layer][which][0]
                 bufs.append(buf)
@@ -273,11 +282,14 @@ class RunningBatch:
         self.slot = [self.slot[a] for a in keep]
         self._compact(force=False)
 
-    def _compact(self, force: bool) -> None:
+    def _compact(self, force: bool, move_kv: bool = True) -> list[int] | None:
         """Renumber slots so each cache row's live slots come first and the width is the fullest row's;
-        drop cache rows without live slots when they are over `compact_fraction` of the rows (`force`: any)."""
+        drop cache rows without live slots when they are over `compact_fraction` of the rows (`force`: any).
+        Returns the kept cache rows' old indices when rows were dropped; with `move_kv` False the KV is
+        left as it was, for a caller that copies those rows itself."""
         if self.cache is None:
-            return
+            return None
+        dropped: list[int] | None = None
         n_rows, width, _ = self.shape
         live = [0] * n_rows
         for c, _ in self.slot:
@@ -285,14 +297,16 @@ class RunningBatch:
         kept = [c for c in range(n_rows) if live[c]]
         if len(kept) < n_rows and (force or n_rows - len(kept) > self.compact_fraction * n_rows):
             new_c = {c: j for j, c in enumerate(kept)}
-            self.cache.batch_select_indices(torch.tensor(kept, dtype=torch.long, device=self.device))
+            if move_kv:
+                self.cache.batch_select_indices(torch.tensor(kept, dtype=torch.long, device=self.device))
+            dropped = kept
             self.visible = self.visible[kept]
             self.slot = [(new_c[c], s) for c, s in self.slot]
             live = [live[c] for c in kept]
             n_rows = len(kept)
         new_width = max(live)
         if new_width == width and all(s < live[c] for c, s in self.slot):
-            return
+            return dropped
         # slot order within a cache row is free: a slot's own columns are in its visibility row
         order = [[-1] * new_width for _ in range(n_rows)]
         fill = [0] * n_rows
@@ -305,6 +319,7 @@ class RunningBatch:
         padded = torch.cat([self.visible, torch.zeros_like(self.visible[:, :1])], dim=1)  # index `width`: a dummy
         self.visible = padded.gather(1, src[:, :, None].expand(-1, -1, padded.shape[2]))
         self.slot = renumbered
+        return dropped
 
     def step(self) -> list[RowState]:
         """Pick a token for every row; returns the rows that finished (already removed)."""
@@ -318,10 +333,9 @@ class RunningBatch:
             row.logprobs.append(lp)
             row.finish_reason = _finished(row, tok, pos + 1, self.spec)
             if row.finish_reason is not None:
-                row.retired = True
                 done_rows.append(row)
         if done_rows:
-            alive = [a for a, r in enumerate(self.rows) if not r.retired]
+            alive = [a for a, r in enumerate(self.rows) if r.finish_reason is None]
             ids = [ids[a] for a in alive]
             self._keep(alive)
             if not alive:
@@ -336,9 +350,8 @@ class RunningBatch:
         # each slot (dummies too: a query must see some key) sees its own new column
         own = torch.eye(width, dtype=torch.bool, device=self.device).expand(n_rows, -1, -1)
         self.visible = torch.cat([self.visible, own], dim=2)
-        dtype = next(self.model.parameters()).dtype
         out = self.model(input_ids=tokens.view(n_rows, width), position_ids=positions.view(n_rows, width),
-                         attention_mask=_attention_mask(self.model, self.visible, dtype), use_cache=True,
+                         attention_mask=_attention_mask(self.model, self.visible), use_cache=True,
                          **{self.cache_kw: self.cache})
         self.cache = out_cache(out)
         self.logits = out.logits.reshape(n_rows * width, -1).index_select(0, flat)

@@ -11,15 +11,6 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 
-def pad_to(t: torch.Tensor, dim: int, size: int, left: bool) -> torch.Tensor:
-    """Zero-pad dimension `dim` of `t` to `size` (on the left or the right)."""
-    extra = size - t.shape[dim]
-    if extra == 0:
-        return t
-    pad = [0, 0] * (t.dim() - 1 - dim) + ([extra, 0] if left else [0, extra])
-    return torch.nn.functional.pad(t, pad)
-
-
 class RoomyLayer(DynamicLayer):
     """A cache layer whose keys and values are views of the first n positions of buffers with room for
     more: `update` writes the new columns in place. A plain `DynamicLayer` `torch.cat`s, copying the

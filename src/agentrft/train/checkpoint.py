@@ -89,8 +89,8 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = ckpt_root / f"{_PREFIX}{state.step:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=ckpt_root))
-    trainable = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}  # no copy: torch.save
-    # writes tensors as they are (tied weights stay one storage)
+    # no copy: torch.save writes the tensors as they are (tied weights stay one storage)
+    trainable = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     torch.save(trainable, tmp / "trainable.pt")
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
                tmp / "trainer.pt")
