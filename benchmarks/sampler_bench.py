@@ -141,7 +141,7 @@ def main() -> None:
             print(f"[{rep}] HFSampler, half ask 8 tokens: {n} tokens in {dt:.1f} s; the 8-token ones "
                   f"return after {short:.1f} s on average", flush=True)
         for sampler, name in ((plain, "off"), (s, "on ")):
-            sampler.invalidate_cache()
+            sampler.weights_updated(sampler.policy_version)  # start from an empty prefix cache
             before = dict(sampler.stats)
             dt, n = asyncio.run(bench_sampler(sampler, agent, a.new))
             computed = sampler.stats["prefill_tokens"] - before["prefill_tokens"]

@@ -24,28 +24,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The demo's training recipe, as overrides of agentrft.train.config.TrainConfig.
-DEMO_TRAIN: dict[str, Any] = {
-    "seed": 0,
-    "steps": 10,
-    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
-    # T=0.7: at T=1 the 135M model almost never completes a task (0/48 measured), greedy ~50%
-    "rollout": {"env": "finqa-lite:1", "tasks_per_step": 4, "group_size": 8, "temperature": 0.7, "max_tokens": 48},
-    "algorithm": {"advantage": "grpo", "aggregation": "token_mean", "eps_low": 0.2, "eps_high": 0.28,
-                  "logprob_temperature": 0.7},
-    "optimizer": {"lr": 3e-5, "warmup_steps": 1, "schedule": "constant", "grad_clip": 1.0},
-    "eval": {"every_steps": 0},
-    "checkpoint": {"every_steps": 4, "keep_last": 1},
-    "logging": {"tensorboard": True},
-}
-DEMO_QUICK_TRAIN: dict[str, Any] = {
-    **DEMO_TRAIN,
-    "steps": 2,
-    "rollout": {**DEMO_TRAIN["rollout"], "tasks_per_step": 2, "group_size": 4, "max_tokens": 40},
-    "checkpoint": {"every_steps": 0, "keep_last": 1},
-}
-
-
 class DemoSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -101,25 +79,25 @@ def run_demo(run_dir: Path, settings: DemoSettings, overrides: list[str] | None 
     from agentrft.eval.report import write_report
     from agentrft.graders import load_grader
     from agentrft.samplers.base import SamplingParams
-    from agentrft.samplers.policies import load_policy
-    from agentrft.store import Store
-    from agentrft.train.config import build_config
+    from agentrft.samplers.policies import load_trainable_policy
+    from agentrft.store import RUN_STORE_NAME, Store
+    from agentrft.train.config import PRESETS, build_config
     from agentrft.train.loop import Components, train
 
+    preset = "demo-quick" if settings.quick else "demo"
+    cfg = build_config(PRESETS[preset], overrides or [], source=f"demo (preset {preset})")
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = build_config(DEMO_QUICK_TRAIN if settings.quick else DEMO_TRAIN, overrides or [], source="demo")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     env = make_env(cfg.rollout.env)
-    sampler = load_policy(cfg.policy.name, seed=cfg.seed)
     grader = load_grader(cfg.rollout.grader or env.grader_spec())
-    store = Store(run_dir / "agentrft.db")
+    sampler = load_trainable_policy(cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed)
+    store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
     params = SamplingParams(temperature=settings.eval_temperature, max_tokens=cfg.rollout.max_tokens)
 
     def held_out(name: str) -> Any:
-        if hasattr(sampler, "reseed"):  # both evals draw from the same sampler seed stream
-            sampler.reseed(cfg.seed + 7919)
+        sampler.reseed(cfg.seed + 7919)  # both evals draw from the same sampler seed stream
         start = time.perf_counter()
         result = evaluate(env, sampler, split="held-out", samples=settings.eval_samples, tasks=settings.eval_tasks,
                           store=store, run_name=name, params=params, env_spec=cfg.rollout.env, grader=grader,
@@ -129,7 +107,7 @@ def run_demo(run_dir: Path, settings: DemoSettings, overrides: list[str] | None 
 
     before = held_out("baseline")
     start = time.perf_counter()
-    trained = train(cfg, run_dir, components=Components(env, sampler, grader, store))
+    trained = train(cfg, run_dir, components=Components(env, sampler, grader, store), progress=progress)
     seconds["train"] = time.perf_counter() - start
     after = held_out("final")
     seconds["total"] = time.perf_counter() - t0

@@ -292,6 +292,24 @@ class Trajectory(_Model):
     def reward(self) -> float | None:
         return None if self.grade is None else self.grade.reward
 
+    def untrainable_reason(self) -> str | None:
+        """Why this trajectory must not enter a training batch, or None when it may.
+
+        ``episode_error`` (the sampler or the loop failed: ``status == "error"``), ``ungraded``,
+        ``grader_error`` (the grade carries an error flag: the reward is not a measurement of the
+        episode), ``no_tokens`` (an eval-only endpoint returned no token ids). Such trajectories
+        never become rewards: they leave group statistics and the loss, and are counted.
+        """
+        if self.status == "error":
+            return "episode_error"
+        if self.grade is None:
+            return "ungraded"
+        if self.grade.errors:
+            return "grader_error"
+        if self.tokens is None:
+            return "no_tokens"
+        return None
+
     def to_json(self) -> str:
         return self.model_dump_json()
 

@@ -7,6 +7,7 @@ import sys
 import types
 from typing import Any
 
+from agentrft.graders import Grader, Sample, Score
 from agentrft.types import (
     Cost,
     EnvRef,
@@ -90,16 +91,21 @@ def numeric_grade(text: str | None, answer: Any) -> Grade:
     return Grade(reward=1.0 if ok else 0.0, success=ok, grader="answer")
 
 
-class FakeGrader:
-    name = "answer"
+class FakeGrader(Grader):
+    """The last number of the final answer against ``item["answer"]``."""
+
+    type = "fake_numeric"
+
+    def __init__(self) -> None:
+        super().__init__("answer")
+
+    def score(self, sample: Sample, item: dict[str, Any]) -> Score:
+        return Score(numeric_grade(sample.output_text, item["answer"]).reward)
 
 
 def install_fake_graders(monkeypatch: Any) -> None:
-    """agentrft.graders.load_grader / grade_trajectory over the final answer, as the real ones do."""
-    mod = types.ModuleType("agentrft.graders")
-    mod.load_grader = lambda spec: FakeGrader()  # type: ignore[attr-defined]
-    mod.grade_trajectory = lambda grader, traj, item: numeric_grade(traj.final_answer, item["answer"])  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "agentrft.graders", mod)
+    """Every grader spec loads as `FakeGrader` (a real `Grader`, graded through the one grading path)."""
+    monkeypatch.setattr("agentrft.graders.load_grader", lambda spec: FakeGrader())
 
 
 class FakeEnv:

@@ -9,6 +9,7 @@ import pytest
 from rollout_fakes import FakeEnv, FakeSampler, decode, task
 
 from agentrft.envs.base import EnvLimits
+from agentrft.graders import Grader, Sample, Score
 from agentrft.rollout.runner import Runner
 from agentrft.samplers.base import SampleRequest, SamplingParams
 from agentrft.types import Grade, Trajectory
@@ -49,18 +50,23 @@ class RecordingStore:
         return traj.id
 
 
-class AnswerGrader:
-    name = "answer"
+class AnswerGrader(Grader):
+    type = "answer"
 
-    def grade(self, traj: Trajectory, item: dict) -> Grade:
-        ok = traj.final_answer == item["answer"]
-        return Grade(reward=float(ok), success=ok, grader=self.name)
+    def __init__(self) -> None:
+        super().__init__("answer")
+
+    def score(self, sample: Sample, item: dict) -> Score:
+        return Score(float(sample.output_text == item["answer"]))
 
 
-class BrokenGrader:
-    name = "broken"
+class BrokenGrader(Grader):
+    type = "broken"
 
-    def grade(self, traj: Trajectory, item: dict) -> Grade:
+    def __init__(self) -> None:
+        super().__init__("broken")
+
+    def score(self, sample: Sample, item: dict) -> Score:
         raise KeyError("answer")
 
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
+from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler, TrainablePolicy
+from agentrft.samplers.distribution import top_p_drop
 from agentrft.samplers.hf import HFSampler
 from agentrft.samplers.hf_prefill import _prefill_chunks
 from agentrft.samplers.hf_decode import (
@@ -16,7 +17,6 @@ from agentrft.samplers.hf_decode import (
     RowState,
     RunningBatch,
     _slot_width,
-    _top_p_filter,
     generate_batch,
     make_generator,
 )
@@ -45,12 +45,12 @@ async def _gather(s: HFSampler, reqs: list[SampleRequest]):  # noqa: ANN202
     return await asyncio.gather(*(s.sample(r) for r in reqs))
 
 
-def test_is_a_token_sampler(sampler: HFSampler) -> None:
-    assert isinstance(sampler, TokenSampler)
+def test_is_a_trainable_policy(sampler: HFSampler) -> None:
+    assert isinstance(sampler, TokenSampler) and isinstance(sampler, TrainablePolicy)
     assert sampler.policy == "tiny" and sampler.policy_version == 0
-    sampler.policy_version = 3
+    sampler.weights_updated(3)
     assert sampler.policy_version == 3
-    sampler.policy_version = 0
+    sampler.weights_updated(0)
 
 
 def test_render_and_decode(sampler: HFSampler) -> None:
@@ -81,16 +81,29 @@ def test_greedy_matches_model_generate(sampler: HFSampler, prompt: list[int]) ->
 
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=0.7, top_k=50, top_p=0.9, max_tokens=10, seed=1),
-                                    SamplingParams(temperature=1.3, max_tokens=10, seed=2), GREEDY])
-def test_logprobs_are_raw_model_logprobs(sampler: HFSampler, prompt: list[int], params: SamplingParams) -> None:
+                                    SamplingParams(temperature=1.3, max_tokens=10, seed=2),
+                                    SamplingParams(temperature=1.0, top_p=0.3, max_tokens=10, seed=3), GREEDY])
+def test_logprobs_are_those_of_the_sampled_distribution(sampler: HFSampler, prompt: list[int],
+                                                        params: SamplingParams) -> None:
+    """What the sampler reports is what the trainer recomputes (`train.logprobs`, same `Distribution`);
+    greedy reports the raw model's log-probs."""
+    from agentrft.samplers.distribution import Distribution
+    from agentrft.train.logprobs import sampled_logprobs
+
     res = run(sampler.sample(SampleRequest(prompt, params)))
-    full = torch.tensor([prompt + res.token_ids])
-    with torch.no_grad():
-        logp = torch.log_softmax(sampler.model(full).logits[0].float(), dim=-1)
     n = len(res.token_ids)
-    expected = logp[len(prompt) - 1:len(prompt) - 1 + n].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    full = torch.tensor([prompt + res.token_ids])
+    mask = torch.tensor([[0] * len(prompt) + [1] * n])
+    dist = Distribution() if params.greedy else Distribution.of(params)
+    with torch.no_grad():
+        expected, _ = sampled_logprobs(sampler.model, full, torch.ones_like(full), mask, dist=dist)
+        raw = torch.log_softmax(sampler.model(full).logits[0].float(), dim=-1)
+    expected = expected[0, len(prompt):]
     assert torch.allclose(torch.tensor(res.logprobs), expected, atol=1e-4, rtol=0)
     assert len(res.logprobs) == n
+    raw = raw[len(prompt) - 1:len(prompt) - 1 + n].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    if params.temperature != 1.0 and not params.greedy:  # the tempered distribution is not the raw one
+        assert not torch.allclose(torch.tensor(res.logprobs), raw, atol=1e-2)
 
 
 def test_concurrent_batch_equals_one_at_a_time(sampler: HFSampler, prompt: list[int]) -> None:
@@ -164,7 +177,8 @@ def test_top_k_one_is_greedy(sampler: HFSampler, prompt: list[int]) -> None:
 
 def test_top_p_filter_hand_computed() -> None:
     x = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3], [0.2, 0.5, 0.3]]))
-    out = _top_p_filter(x.clone(), torch.tensor([0.6, 0.5, 1.0]))
+    drop = top_p_drop(x.clone(), torch.tensor([0.6, 0.5, 1.0]))
+    out = x.masked_fill(drop, float("-inf"))
     keep = torch.isfinite(out).tolist()
     # row 0: 0.5 then 0.3 (mass before 0.5 < 0.6) kept, 0.2 (mass before 0.8) dropped
     assert keep == [[False, True, True], [False, True, False], [True, True, True]]
@@ -230,10 +244,9 @@ def test_continuous_batching_admits_and_returns_early(sampler: HFSampler, prompt
     run(scenario())
 
 
-def test_exclusive_holds_requests_back(sampler: HFSampler, prompt: list[int]) -> None:
+def test_paused_holds_requests_back(sampler: HFSampler, prompt: list[int]) -> None:
     async def scenario() -> None:
-        with sampler.exclusive() as model:
-            assert model is sampler.model
+        with sampler.paused():
             task = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, GREEDY)))
             await asyncio.sleep(0.1)
             assert not task.done()

@@ -6,16 +6,19 @@ seeded from (step seed, request counter), so a run is a pure function of its see
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentrft.envs.base import EnvLimits, Environment, Episode
+from agentrft.graders import Grader, Sample, Score
 from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.tools.base import ToolResult
-from agentrft.types import Grade, Message, Task, Trajectory
+from agentrft.types import Message, Task
 
 VOCAB = 61
 
@@ -66,6 +69,14 @@ class FakeSampler:
     def reseed(self, seed: int) -> None:
         self._base, self._count = seed, 0
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        with self.model_lock:
+            yield
+
+    def weights_updated(self, version: int) -> None:
+        self.policy_version = version
+
     def render(self, messages: list[dict[str, Any]], tools: Any = None, add_generation_prompt: bool = True) -> list[int]:
         text = "".join(str(m.get("content") or "") for m in messages)
         return [1] + [ord(c) % VOCAB for c in text]
@@ -91,23 +102,27 @@ class FakeSampler:
                             prompt_tokens=len(request.prompt_ids), completion_tokens=len(out))
 
 
-class FakeGrader:
+class FakeGrader(Grader):
     """Reward = fraction of sampled tokens below VOCAB/2: learnable, and it varies within a group."""
 
-    name = "low_tokens"
+    type = "fake"
 
-    def grade(self, traj: Trajectory, item: dict[str, Any]) -> Grade:
-        assert traj.tokens is not None
+    def __init__(self) -> None:
+        super().__init__("low_tokens", pass_threshold=0.5 + 1e-9)
+
+    def score(self, sample: Sample, item: dict[str, Any]) -> Score:
+        traj = sample.trajectory
+        assert traj is not None and traj.tokens is not None
         sampled = [i for i, m in zip(traj.tokens.ids, traj.tokens.loss_mask, strict=True) if m]
         r = sum(1 for i in sampled if i < VOCAB // 2) / max(len(sampled), 1)
-        return Grade(reward=r, sub_rewards={"low": r}, turn_rewards=[r], success=r > 0.5, grader=self.name)
+        return Score(r, sub={"low": r}, turn_rewards=[r])
 
 
 def components(run_dir: Any) -> Any:
     from agentrft.store import Store
     from agentrft.train import Components
 
-    return Components(env=FakeEnv(), sampler=FakeSampler(), grader=FakeGrader(), store=Store(run_dir / "store.sqlite"))
+    return Components(env=FakeEnv(), sampler=FakeSampler(), grader=FakeGrader(), store=Store(run_dir / "agentrft.db"))
 
 
 def config(**over: Any) -> Any:

@@ -8,7 +8,9 @@ def test_defaults_and_presets_validate():
     for name in PRESETS:
         cfg = load_config(name)
         assert isinstance(cfg, TrainConfig)
-    assert load_config("demo-quick").steps == 3
+    from agentrft.demo import run_demo  # noqa: F401 - the demo trains with exactly these presets
+
+    assert load_config("demo-quick").steps == 2 and load_config("demo").rollout.temperature == 0.7
 
 
 def test_overrides_are_typed():
@@ -49,3 +51,17 @@ def test_yaml_and_toml_files_and_save_roundtrip(tmp_path):
     assert (a.steps, b.steps) == (7, 8)
     a.save(tmp_path / "saved.yaml")
     assert load_config(tmp_path / "saved.yaml") == a
+
+
+def test_one_sampling_distribution_is_enforced():
+    from agentrft.samplers.distribution import Distribution
+
+    cfg = build_config({"rollout": {"temperature": 0.7, "top_p": 0.9}})
+    assert cfg.sampling_distribution() == Distribution(temperature=0.7, top_p=0.9)
+    # an old config that said the same thing twice still loads; one that mixes two distributions does not
+    same = build_config({"rollout": {"temperature": 0.7}, "algorithm": {"logprob_temperature": 0.7}})
+    assert same.sampling_distribution().temperature == 0.7
+    with pytest.raises(ConfigError, match="logprob_temperature=1.0 differs from rollout.temperature=0.7"):
+        build_config({"rollout": {"temperature": 0.7}, "algorithm": {"logprob_temperature": 1.0}})
+    with pytest.raises(ConfigError, match="rollout.temperature"):
+        build_config({"rollout": {"temperature": 0.0}})  # greedy rollouts cannot be trained on

@@ -50,7 +50,7 @@ def test_loop_logs_every_stage(reference):
     assert [p.name for p in list_checkpoints(d / "checkpoints")] == ["step-00000003", "step-00000004"]
     from agentrft.store import Store
 
-    with Store(d / "store.sqlite") as s:
+    with Store(d / "agentrft.db") as s:
         assert [m["step"] for m in s.get_metrics(res.run_id)] == [1, 2, 3, 4]
         assert s.count_trajectories(run_id=res.run_id) == 4 * 2 * 3
 
@@ -59,6 +59,53 @@ def test_ratio_is_one_on_policy(reference):
     d, _ = reference
     for r in read_metrics(d):
         assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-12) and r["clip_frac"] == 0.0
+
+
+def test_trainer_recomputes_the_sampler_logprobs_on_policy(reference):
+    """fp32 on both sides, same distribution: the first pass's log-probs equal the sampler's to float noise."""
+    d, _ = reference
+    for r in read_metrics(d):
+        assert r["sampler_logprob_gap_max"] < 1e-4 and r["sampler_logprob_gap_mean"] < 1e-5
+
+
+class _FlakyGrader(F.FakeGrader):
+    """Crashes on every third episode it sees (a judge that times out now and then)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def score(self, sample, item):
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise ConnectionError("judge unreachable")
+        return super().score(sample, item)
+
+
+def test_grader_crashes_are_excluded_and_counted_never_trained(tmp_path):
+    comps = F.components(tmp_path)
+    comps.grader = _FlakyGrader()
+    res = train(F.config(steps=2, **{"eval.every_steps": 0}), tmp_path, components=comps)
+    rows = read_metrics(tmp_path)
+    assert sum(r.get("excluded/grader_error", 0) for r in rows) == comps.grader.calls // 3 == 4
+    assert all(r.get("excluded/grader_error/other_error", 0) == r.get("excluded/grader_error", 0) for r in rows)
+    # what trained is exactly what was not excluded: 2 groups x 3 samples per step, minus exclusions
+    for r in rows:
+        dropped = r.get("excluded_trajectories", 0)
+        assert r["train_sequences"] == 6 - dropped
+    assert res.steps == 2
+
+
+def test_a_policy_that_cannot_train_in_process_is_refused(tmp_path):
+    comps = F.components(tmp_path)
+
+    class EvalOnly:
+        policy, policy_version = "openai:x", 0
+
+    comps.sampler = EvalOnly()
+    with pytest.raises(TypeError, match="cannot be trained in process"):
+        train(F.config(steps=1), tmp_path, components=comps)
+    assert not (tmp_path / "config.yaml").exists()
 
 
 def test_stop_and_resume_equals_uninterrupted(reference, tmp_path):

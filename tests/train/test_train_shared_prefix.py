@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
@@ -124,7 +125,8 @@ def _update(batches, algo, lora: bool = False, gc: bool = False):
     opt = torch.optim.SGD(params, lr=1.0)  # lr 1: the change is exactly minus the gradient
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     before = [p.detach().clone() for p in params]
-    m = U.policy_update(model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5))
+    m = U.policy_update(model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5),
+                         dist=Distribution())
     return [p.detach() - b for p, b in zip(params, before, strict=True)], m
 
 

@@ -4,8 +4,8 @@ import random
 import pytest
 
 from agentrft.train.config import AlgorithmConfig
-from agentrft.train.stages import advantage_stage, group_trajectories, next_tasks
-from agentrft.types import Grade, Message, Task
+from agentrft.train.stages import advantage_stage, filter_stage, group_trajectories, next_tasks
+from agentrft.types import Grade, GradeError, Message, Task
 
 from conftest import fake_trajectory
 
@@ -35,7 +35,7 @@ def test_outcome_advantage_on_sampled_tokens_only():
     trajs, per_token, _ = advantage_stage(group_trajectories(group), AlgorithmConfig(advantage="grpo", adv_eps=1e-6))
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     for t, adv, sign in zip(trajs, per_token, (1, -1), strict=True):
-        assert adv == [sign * a * m for m in t.tokens.loss_mask]
+        assert adv == pytest.approx([sign * a * m for m in t.tokens.loss_mask], rel=1e-12, abs=1e-15)
 
 
 def test_turn_level_through_the_stage():
@@ -54,3 +54,46 @@ def test_turn_level_refuses_missing_or_miscounted_turn_rewards():
         advantage_stage([_group([1.0, 0.0])], AlgorithmConfig(turn_level=True))
     with pytest.raises(ValueError, match="turn rewards but 2 assistant turns"):
         advantage_stage([_group([1.0, 0.0], turn_rewards=[[1.0], [0.0, 0.0]])], AlgorithmConfig(turn_level=True))
+
+
+def _crashed(t, flag="python_grader_runtime_error"):
+    t.grade = Grade(reward=0.0, errors=[GradeError(flag=flag, grader="judge", message="boom")])
+    return t
+
+
+def test_a_crashing_grader_member_leaves_its_siblings_advantages_exactly_unchanged():
+    algo = AlgorithmConfig(advantage="grpo", adv_eps=1e-6)
+    healthy = _group([1.0, 0.0, 0.5])
+    with_crash = _group([1.0, 0.0, 0.5, 0.0])  # the same three, then one whose judge crashed (reward 0 + flag)
+    _crashed(with_crash[3])
+    want = advantage_stage(filter_stage(healthy, drop_zero_signal=False).groups, algo)[1]
+    kept = filter_stage(with_crash, drop_zero_signal=False)
+    trajs, got, _ = advantage_stage(kept.groups, algo)
+    assert [t.id for t in trajs] == [t.id for t in with_crash[:3]]
+    assert got == want  # the same floats, bit for bit: the crashed member is in no statistic
+    assert kept.metrics()["excluded/grader_error"] == 1.0
+    assert kept.metrics()["excluded/grader_error/python_grader_runtime_error"] == 1.0
+    # had the crash been averaged in as reward 0, the healthy members' advantages would differ
+    naive = _group([1.0, 0.0, 0.5, 0.0])
+    assert advantage_stage([naive], algo)[1][:3] != want
+
+
+def test_episode_errors_and_small_groups_are_dropped_and_counted():
+    a = _group([1.0, 0.0])
+    a[0].status = "error"  # the sampler failed mid-episode: one healthy member left, the group goes
+    b = _group([1.0, 0.0, 1.0])
+    b[2].grade = None
+    for t in b:
+        t.group_id = "h"
+    c = _group([1.0, 1.0])
+    for t in c:
+        t.group_id = "flat"
+    kept = filter_stage(a + b + c, drop_zero_signal=True)
+    assert [[t.id for t in g] for g in kept.groups] == [[t.id for t in b[:2]]]
+    m = kept.metrics()
+    assert m["excluded/episode_error"] == 1.0 and m["excluded/ungraded"] == 1.0
+    assert m["excluded/small_group"] == 1.0 and m["groups_dropped/too_small"] == 1.0
+    assert m["groups_dropped/zero_signal"] == 1.0 and m["excluded_trajectories"] == 3.0
+    assert m["zero_signal_frac"] == pytest.approx(1 / 3, rel=1e-12)
+    with pytest.raises(ValueError, match="filter_stage removes them"):
+        advantage_stage([a], AlgorithmConfig())

@@ -8,20 +8,26 @@ from pathlib import Path
 
 import typer
 
+from agentrft.demo import DemoSettings
+
+_FULL, _QUICK = DemoSettings.preset(False), DemoSettings.preset(True)  # the --help text reads the real defaults
+
 
 def demo_cmd(
     quick: bool = typer.Option(False, "--quick", help="A few minutes: tiny evals and 2 training steps (CI smoke run)."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where the store, metrics, checkpoints and report go."),
     set_: list[str] = typer.Option([], "--set", help="Override a training option, e.g. --set steps=20 (repeatable)."),
-    eval_tasks: int = typer.Option(None, "--eval-tasks", min=1, help="Held-out tasks per eval (default 32; quick 6)."),
-    eval_samples: int = typer.Option(None, "--eval-samples", min=1, help="Samples per task (default 4; quick 2)."),
+    eval_tasks: int = typer.Option(None, "--eval-tasks", min=1, help=(
+        f"Held-out tasks per eval (default {_FULL.eval_tasks}; quick {_QUICK.eval_tasks}).")),
+    eval_samples: int = typer.Option(None, "--eval-samples", min=1, help=(
+        f"Samples per task (default {_FULL.eval_samples}; quick {_QUICK.eval_samples}).")),
     as_json: bool = typer.Option(False, "--json", help="Print the before/after summary as JSON."),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
     from rich.console import Console
     from rich.table import Table
 
-    from agentrft.demo import DemoSettings, run_demo
+    from agentrft.demo import run_demo
     from agentrft.train.config import ConfigError
 
     settings = DemoSettings.preset(quick)

@@ -30,7 +30,7 @@ def train_cmd(
             raise typer.Exit(2)
         run_dir = Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = train(cfg, run_dir, resume=resume)
+        result = train(cfg, run_dir, resume=resume, progress=not as_json)
     except (FileExistsError, ValueError, KeyError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

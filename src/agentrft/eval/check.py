@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrft.eval.metrics import pass_curves, wilson_interval
+from agentrft.graders import Grader
 from agentrft.types import FinalAnswerEvent, Grade, Message, Task, Trajectory
 
 Verdict = Literal["worth_it", "not_yet", "not_suitable"]
@@ -178,11 +179,9 @@ def decide(r: CheckResult, th: CheckThresholds) -> tuple[Verdict, list[str]]:
     ]
 
 
-def make_grade_fn(grader: Any) -> GradeFn:
+def make_grade_fn(grader: Grader) -> GradeFn:
     """Bind a grader to the (trajectory, task) signature used here; the item is ``task.data``, as in rollout."""
-    if hasattr(grader, "grade"):
-        return lambda traj, task: grader.grade(traj, dict(task.data))
-    from agentrft.graders import grade_trajectory  # type: ignore[attr-defined]
+    from agentrft.graders import grade_trajectory
 
     return lambda traj, task: grade_trajectory(grader, traj, dict(task.data))
 

@@ -30,9 +30,10 @@ from agentrft.eval.charts import bar_chart, line_chart
 from agentrft.eval.failures import classify_failure
 from agentrft.eval.harness import EvalResult, result_from_run, summarize
 from agentrft.eval.metrics import paired_test
+from agentrft.store import RUN_STORE_NAME
 from agentrft.types import Run, Trajectory
 
-DB_NAME = "agentrft.db"
+DB_NAME = RUN_STORE_NAME
 METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
 # success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them

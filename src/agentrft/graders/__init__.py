@@ -18,6 +18,7 @@ from agentrft.graders.multi import FunctionGrader, WeightedGrader, combine
 from agentrft.graders.registry import LoadOptions, grader_types, load_grader, register_grader
 from agentrft.graders.results import (
     agrade_many,
+    agrade_trajectories,
     agrade_trajectory,
     grade_trajectory,
     summarize_grades,
@@ -26,6 +27,6 @@ from agentrft.graders.results import (
 
 __all__ = [
     "FunctionGrader", "Grader", "GraderFailure", "GraderSpecError", "LoadOptions", "Sample", "Score",
-    "WeightedGrader", "agrade_many", "agrade_trajectory", "combine", "grade_trajectory", "grader_types",
+    "WeightedGrader", "agrade_many", "agrade_trajectories", "agrade_trajectory", "combine", "grade_trajectory", "grader_types",
     "load_grader", "register_grader", "summarize_grades", "trajectory_cost",
 ]

@@ -54,6 +54,21 @@ async def agrade_trajectory(grader: Grader, traj: Trajectory, item: dict[str, An
     return _finish(grade, grader, traj, expected_tool_schema_hash)
 
 
+async def agrade_trajectories(grader: Grader, trajs: Sequence[Trajectory], items: Sequence[dict[str, Any]], *,
+                              concurrency: int = 16) -> list[Grade]:
+    """`agrade_trajectory` over many episodes, concurrently (judges and sandboxes overlap); input order.
+    Never raises for a grader failure: every failure is an error flag on its Grade."""
+    if len(trajs) != len(items):
+        raise ValueError(f"{len(trajs)} trajectories but {len(items)} items")
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(t: Trajectory, item: dict[str, Any]) -> Grade:
+        async with sem:
+            return await agrade_trajectory(grader, t, item)
+
+    return list(await asyncio.gather(*(one(t, i) for t, i in zip(trajs, items, strict=True))))
+
+
 async def agrade_many(grader: Grader, pairs: Sequence[tuple[Any, dict[str, Any]]], *,
                       concurrency: int = 16) -> list[Grade]:
     """Grade (sample, item) pairs concurrently; results in input order."""

@@ -6,7 +6,7 @@ The OpenAI-compatible server lives in `agentrft.rollout.serve` (needs the `serve
 
 from agentrft.rollout.agent import run_episode
 from agentrft.rollout.formats import FORMAT_NAMES, ParsedTurn, ParseError, ToolFormat, make_format
-from agentrft.rollout.runner import Runner, RunStats, grade_episode
+from agentrft.rollout.runner import Runner, RunStats
 
 __all__ = [
     "FORMAT_NAMES",
@@ -15,7 +15,6 @@ __all__ = [
     "RunStats",
     "Runner",
     "ToolFormat",
-    "grade_episode",
     "make_format",
     "run_episode",
 ]

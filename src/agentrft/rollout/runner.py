@@ -6,7 +6,8 @@ requests as `max_concurrency` allows and fills its batches from all of them.
 The G samples of a task share a `group_id` (the GRPO group), passed to the
 sampler as `group_key` so it can prefill the shared prompt once.
 
-Each episode is graded (when a grader is given) and written to the store as
+Each episode is graded (when a grader is given, through
+`graders.agrade_trajectory`: the one grading path) and written to the store as
 soon as it finishes, so a crash loses only the episodes in flight. The list
 returned is in task order, then sample order, whatever the finishing order.
 A runner wall time cancels unfinished episodes and returns the finished ones.
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrft.envs.base import Environment
+from agentrft.graders import Grader, agrade_trajectory
 from agentrft.rollout.agent import run_episode
 from agentrft.samplers.base import ChatSampler, SamplingParams, TokenSampler
-from agentrft.types import Grade, GradeError, Task, Trajectory, new_id
+from agentrft.types import Task, Trajectory, new_id
 
 
 class TrajectorySink(Protocol):
@@ -69,33 +71,11 @@ class RunStats:
             self.grader_errors += bool(traj.grade.errors)
 
 
-async def grade_episode(grader: Any, traj: Trajectory, task: Task) -> Grade:
-    """Grade one finished episode against `task.data`.
-
-    `grader` is an object with `agrade(traj, item)` (awaited: model graders stay
-    concurrent) or `grade(traj, item)` (run in a thread: sandboxed python graders
-    block), or a grader spec handed to `agentrft.graders.grade_trajectory`.
-    A grader that raises gives a Grade with an `other_error` flag: counted, never a silent 0.
-    """
-    try:
-        if hasattr(grader, "agrade"):
-            return await grader.agrade(traj, task.data)
-        if hasattr(grader, "grade"):
-            return await asyncio.to_thread(grader.grade, traj, task.data)
-        from agentrft.graders import grade_trajectory  # type: ignore[attr-defined]
-
-        return await asyncio.to_thread(grade_trajectory, grader, traj, task.data)
-    except Exception as exc:  # noqa: BLE001 - one bad grade must not end the run
-        name = str(getattr(grader, "name", None) or type(grader).__name__)
-        return Grade(reward=0.0, grader=name,
-                     errors=[GradeError(flag="other_error", grader=name, message=f"{type(exc).__name__}: {exc}")])
-
-
 class Runner:
     """Plays tasks × samples concurrently; grades and stores each episode as it finishes."""
 
     def __init__(self, env: Environment, sampler: TokenSampler | ChatSampler, *, store: TrajectorySink | None = None,
-                 grader: Any = None, tool_format: str = "xml", params: SamplingParams | None = None,
+                 grader: Grader | None = None, tool_format: str = "xml", params: SamplingParams | None = None,
                  max_concurrency: int = 64, progress: bool = True, wall_time_s: float | None = None) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -114,7 +94,7 @@ class Runner:
                                      run_id=run_id, group_id=group_id, policy_version=policy_version,
                                      group_key=group_id)
         if self.grader is not None:
-            traj.grade = await grade_episode(self.grader, traj, task)
+            traj.grade = await agrade_trajectory(self.grader, traj, task.data)
         if self.store is not None:
             try:
                 self.store.add_trajectory(traj)

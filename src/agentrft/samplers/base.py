@@ -8,11 +8,19 @@ Two kinds of sampler exist:
 * `ChatSampler` — an OpenAI-compatible endpoint that may return no token ids;
   trajectories made with it serve evaluation only (`Trajectory.tokens is None`).
 
+A `TokenSampler` whose weights a trainer can update in place is a
+`TrainablePolicy`: the seam that in-process samplers, async rollout workers,
+Ray actors and vLLM engines plug into.
+
+Log-probs: every sampler reports the log-probs of the distribution it sampled
+from (temperature, top-k and top-p applied; see `samplers.distribution`).
+
 No torch here: concrete samplers import it lazily.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -71,6 +79,29 @@ class TokenSampler(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+@runtime_checkable
+class TrainablePolicy(TokenSampler, Protocol):
+    """A token sampler whose weights the trainer updates in place.
+
+    ``model`` is the torch module the trainer optimises (a peft wrapper may be
+    injected into it); ``tokenizer`` its Hugging Face tokenizer. The update runs
+    inside ``with policy.paused():`` (in-flight requests finish, new ones wait,
+    the caller has the model alone) and ends with ``weights_updated(version)``:
+    the one way to say the weights changed, after which the policy samples as
+    ``version`` and nothing computed with older weights (cached KV) is reused.
+    ``reseed(seed)`` makes the unseeded sampling that follows reproducible.
+    """
+
+    model: Any
+    tokenizer: Any
+
+    def paused(self) -> AbstractContextManager[None]: ...
+
+    def weights_updated(self, version: int) -> None: ...
+
+    def reseed(self, seed: int) -> None: ...
 
 
 @dataclass

@@ -34,12 +34,11 @@ wide rows takes one slot of its own row. A finished row frees its slot at once
 without live slots leave, which copies the cache, when they pass
 `compact_fraction` of the rows or at the next admission.
 
-Log-probs: each returned log-prob is `log_softmax(logits)[token]` of the raw
-model at temperature 1, before temperature, top-k or top-p. That is the number
-the trainer recomputes for importance ratios (`logp_new - logp_old`), so the
-two are comparable whatever sampling settings produced the token. It is *not*
-the probability of the sampling distribution when temperature != 1 or top-k/p
-truncate it.
+Log-probs: each returned log-prob is that of the distribution the token was
+sampled from, `log_softmax(Distribution.warp(logits))[token]` (temperature,
+top-k and top-p applied); the trainer recomputes the same quantity with the
+same `Distribution`, so the two are comparable (see `samplers.distribution`).
+Greedy rows report the raw temperature-1 log-prob.
 
 Shape legend: U distinct prompts, A live rows (requests), C cache rows, W slots
 per cache row, V vocabulary, H kv heads, P prompt length, L cache length, D head dim.
@@ -53,6 +52,7 @@ from typing import Any
 import torch
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
+from agentrft.samplers.distribution import Distribution
 from agentrft.samplers.hf_prefill import cache_kw, out_cache, prefill_prompts
 from agentrft.samplers.kv_cache import RoomyLayer, cache_of
 from agentrft.samplers.prefix_cache import KV, PrefixCache
@@ -81,39 +81,24 @@ def make_generator(params: SamplingParams, device: torch.device, seed: int) -> t
 
 
 def choose_tokens(logits: torch.Tensor, rows: list[RowState]) -> tuple[list[int], list[float]]:
-    """Pick one token per live row. `logits` is [A, V]; returns ids and raw log-probs."""
+    """Pick one token per live row. `logits` is [A, V]; returns ids and their log-probs under the
+    distribution each row samples from (`Distribution.warp`; greedy rows: the raw log-prob)."""
     logits = logits.float()
-    raw_logp = torch.log_softmax(logits, dim=-1)
     chosen = torch.argmax(logits, dim=-1)  # greedy rows keep this
-    sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if sampled:
-        idx = torch.tensor(sampled, device=logits.device)
-        temps = torch.tensor([rows[i].params.temperature for i in sampled], device=logits.device)
-        x = logits.index_select(0, idx) / temps[:, None]
-        for j, i in enumerate(sampled):
-            k = rows[i].params.top_k
-            if k is not None and k < x.shape[-1]:
-                kth = torch.topk(x[j], k).values[-1]
-                x[j] = x[j].masked_fill(x[j] < kth, float("-inf"))
-        top_p = torch.tensor([rows[i].params.top_p for i in sampled], device=logits.device)
-        if bool((top_p < 1.0).any()):
-            x = _top_p_filter(x, top_p)
+    lps = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None])[:, 0]
+    by_dist: dict[Distribution, list[int]] = {}
+    for i, r in enumerate(rows):
+        if not r.params.greedy:
+            by_dist.setdefault(Distribution.of(r.params), []).append(i)
+    for dist, members in by_dist.items():
+        idx = torch.tensor(members, device=logits.device)
+        x = dist.warp(logits.index_select(0, idx))
         probs = torch.softmax(x, dim=-1)
-        for j, i in enumerate(sampled):
-            chosen[i] = torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
-    ids = chosen.tolist()
-    lps = raw_logp.gather(1, chosen[:, None])[:, 0].tolist()
-    return ids, lps
-
-
-def _top_p_filter(x: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Nucleus filter: keep the smallest set of tokens whose mass reaches top_p (at least one)."""
-    sorted_x, order = torch.sort(x, dim=-1, descending=True)
-    probs = torch.softmax(sorted_x, dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of strictly better tokens
-    drop_sorted = mass_before >= top_p[:, None]
-    drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-    return x.masked_fill(drop, float("-inf"))
+        picked = torch.stack([torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
+                              for j, i in enumerate(members)])
+        chosen[idx] = picked
+        lps[idx] = torch.log_softmax(x, dim=-1).gather(1, picked[:, None])[:, 0]
+    return chosen.tolist(), lps.tolist()
 
 
 def _slot_width(counts: list[int], length: int, rows0: int, width0: int, token_cost: float = 3000.0) -> int:

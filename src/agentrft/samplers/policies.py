@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrft.samplers.hf import HFSampler
+    from agentrft.samplers.hf_reference import ReferenceHFSampler
     from agentrft.samplers.openai_http import OpenAIChatSampler
 
 DEFAULT_POLICY = "smollm2-135m"
@@ -180,9 +181,30 @@ def load_policy(name: str = DEFAULT_POLICY, **kw: Any) -> HFSampler | OpenAIChat
         from agentrft.samplers.vllm_sampler import VLLMSampler
 
         return VLLMSampler(name[5:], **kw)
-    if name in ("smollm2-135m", "tiny") or name.startswith("hf:"):
+    if is_in_process(name):
+        return load_trainable_policy(name, **kw)
+    raise PolicyError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")
+
+
+def is_in_process(name: str) -> bool:
+    """Whether `name` is a policy whose weights live in this process (and so can be trained here)."""
+    return name in ("smollm2-135m", "tiny") or (name.startswith("hf:") and len(name) > 3)
+
+
+def load_trainable_policy(name: str = DEFAULT_POLICY, *, sampler: str = "engine", seed: int = 0,
+                          **kw: Any) -> HFSampler | ReferenceHFSampler:
+    """An in-process `TrainablePolicy`: the continuous-batching engine (``sampler="engine"``) or the
+    reference sampler (``"reference"``: one `generate` per request, the engine's test oracle)."""
+    if not is_in_process(name):
+        raise PolicyError(f"policy {name!r} cannot be trained in this process (its weights live elsewhere); "
+                          "trainable: smollm2-135m, tiny, hf:PATH_OR_ID")
+    model, tok = load_model_and_tokenizer(name, seed=seed)
+    if sampler == "engine":
         from agentrft.samplers.hf import HFSampler
 
-        model, tok = load_model_and_tokenizer(name, seed=kw.pop("seed", 0))
         return HFSampler(model, tok, policy=name, **kw)
-    raise PolicyError(f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}")
+    if sampler == "reference":
+        from agentrft.samplers.hf_reference import ReferenceHFSampler
+
+        return ReferenceHFSampler(model, tok, policy=name, **kw)
+    raise PolicyError(f"unknown in-process sampler {sampler!r}; valid: engine, reference")

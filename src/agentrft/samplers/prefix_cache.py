@@ -14,9 +14,8 @@ only on tokens 0..i), so one entry "system + examples + question A" also serves
 "system + examples + question B".
 
 Staleness: KV is a function of the weights. The cache remembers the `key` it
-was filled under (the sampler's policy version, an invalidation counter, and a
-fingerprint of the parameters) and empties itself whenever `validate` sees a
-different one. Memory is bounded by `max_tokens` cached positions in total,
+was filled under (the sampler's weights epoch, which `weights_updated` bumps)
+and empties itself whenever `validate` sees a different one. Memory is bounded by `max_tokens` cached positions in total,
 evicting least recently used entries first.
 
 Shape legend: H kv heads, T entry length, D head dim.

@@ -1,11 +1,11 @@
 """vLLM-backed `TokenSampler` (GPU machines; extra `agentrft[vllm]`).
 
 Token ids go in (`{"prompt_token_ids": ...}`) and come out, with the sampled
-token's log-prob (`logprobs=0` asks vLLM for the chosen token only). vLLM's
-default log-probs are those of the raw model before temperature / top-k / top-p
-(`logprobs_mode="raw_logprobs"` in the V1 engine), the same convention as
-`HFSampler`; older engines that report processed log-probs should be given
-`logprobs_mode` through `engine_kwargs` where they support it.
+token's log-prob (`logprobs=0` asks vLLM for the chosen token only). The
+engine is started with `logprobs_mode="processed_logprobs"` (vLLM >= 0.10.2):
+log-probs after temperature, top-k and top-p, i.e. of the distribution sampled
+from, the contract of every sampler (`samplers.distribution`). vLLM's own
+default, `raw_logprobs`, would report the untempered model.
 
 vLLM batches, shares prefixes (automatic prefix caching) and schedules
 continuously on its own, so `group_key` needs no handling here. Weight sync
@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SampleResult
-from agentrft.samplers.hf import render_chat
+from agentrft.samplers.chat_template import render_chat
 
 try:  # vLLM pulls CUDA wheels; it is an optional extra
     import vllm
@@ -54,6 +54,7 @@ class VLLMSampler:
         self.policy = f"vllm:{model}"
         self.policy_version = policy_version
         self.tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        engine_kwargs = {"logprobs_mode": "processed_logprobs", **engine_kwargs}
         args = v.AsyncEngineArgs(model=model, enable_prefix_caching=True, **engine_kwargs)
         self.engine = v.AsyncLLMEngine.from_engine_args(args)
         self._ids = itertools.count()

@@ -12,7 +12,10 @@ from agentrft.store.errors import (
 from agentrft.store.io import ImportReport, SkippedRecord
 from agentrft.store.sqlite_store import Store
 
+RUN_STORE_NAME = "agentrft.db"  # the store's file name inside a run directory (train, demo, report)
+
 __all__ = [
+    "RUN_STORE_NAME",
     "AmbiguousIdError",
     "BadRecordError",
     "DuplicateIdError",

@@ -13,10 +13,13 @@ import json
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if TYPE_CHECKING:
+    from agentrft.samplers.distribution import Distribution
 
 
 class _Cfg(BaseModel):
@@ -29,6 +32,11 @@ class ConfigError(ValueError):
 
 class PolicyConfig(_Cfg):
     name: str = Field(default="smollm2-135m", description="policy name for agentrft.samplers.load_policy")
+    sampler: Literal["engine", "reference"] = Field(
+        default="engine",
+        description="in-process sampler: the continuous-batching engine, or the reference sampler (one plain "
+                    "transformers generate() per request: slow, the engine's test oracle)",
+    )
     finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
     lora_r: int = Field(default=16, ge=1)
     lora_alpha: int = Field(default=32, ge=1)
@@ -49,8 +57,11 @@ class RolloutConfig(_Cfg):
     split: str = Field(default="train", description="task split to train on")
     tasks_per_step: int = Field(default=4, ge=1)
     group_size: int = Field(default=8, ge=1, description="G: samples per task (one GRPO group)")
-    temperature: float = Field(default=1.0, gt=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(
+        default=1.0, gt=0.0,
+        description="sampling temperature; also the temperature of the trained log-probs (one distribution)",
+    )
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling; the trainer applies it too")
     max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
     tool_format: str = Field(default="xml")
     grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
@@ -86,10 +97,6 @@ class AlgorithmConfig(_Cfg):
     kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
     is_cap: float | None = Field(default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off")
     updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
-    logprob_temperature: float = Field(
-        default=1.0, gt=0.0,
-        description="temperature of the trained log-probs; 1 matches HFSampler, which reports temperature-1 log-probs",
-    )
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
 
@@ -145,27 +152,54 @@ class TrainConfig(_Cfg):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_distribution(cls, data: Any) -> Any:
+        """The trained log-probs are those of the rollout's sampling distribution; there is no second
+        temperature to set. Configs written before that rule are refused when they disagree."""
+        algo = data.get("algorithm") if isinstance(data, dict) else None
+        if isinstance(algo, dict) and "logprob_temperature" in algo:
+            rollout = data.get("rollout") if isinstance(data.get("rollout"), dict) else {}
+            t = rollout.get("temperature", RolloutConfig.model_fields["temperature"].default)
+            if algo["logprob_temperature"] != t:
+                raise ValueError(
+                    f"algorithm.logprob_temperature={algo['logprob_temperature']} differs from rollout.temperature="
+                    f"{t}: the trainer must train the distribution the sampler drew from; remove "
+                    "algorithm.logprob_temperature (the training temperature is rollout.temperature)")
+            data = {**data, "algorithm": {k: v for k, v in algo.items() if k != "logprob_temperature"}}
+        return data
+
+    def sampling_distribution(self) -> Distribution:
+        """The distribution the rollout samples from and the trainer trains (`samplers.distribution`)."""
+        from agentrft.samplers.distribution import Distribution
+
+        return Distribution(temperature=self.rollout.temperature, top_p=self.rollout.top_p)
+
     def save(self, path: Path) -> None:
         path.write_text(yaml.safe_dump(json.loads(self.model_dump_json()), sort_keys=False))
 
 
+# The demo's recipe (`agentrft demo` trains with exactly these): SmolLM2-135M, full fine-tune, finqa-lite
+# level 1. T=0.7: at T=1 the 135M model almost never completes a task (0/48 measured), greedy ~50%.
+_DEMO: dict[str, Any] = {
+    "seed": 0,
+    "steps": 10,
+    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
+    "rollout": {"env": "finqa-lite:1", "tasks_per_step": 4, "group_size": 8, "temperature": 0.7, "max_tokens": 48},
+    "algorithm": {"advantage": "grpo", "aggregation": "token_mean", "eps_low": 0.2, "eps_high": 0.28},
+    "optimizer": {"lr": 3e-5, "warmup_steps": 1, "schedule": "constant", "grad_clip": 1.0},
+    "eval": {"every_steps": 0},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+    "logging": {"tensorboard": True},
+}
 PRESETS: dict[str, dict[str, Any]] = {
-    # The CPU demo: SmolLM2-135M + LoRA on finqa-lite level 1.
-    "demo": {
-        "steps": 20,
-        # measured (benchmarks/grpo_step.py, 4x8 on finqa-lite:1): peak RSS 8.8 GB -> 4.8 GB, update time unchanged
-        "policy": {"gradient_checkpointing": True},
-        "rollout": {"tasks_per_step": 4, "group_size": 8, "temperature": 1.0, "max_tokens": 96},
-        "optimizer": {"lr": 5e-5, "warmup_steps": 2, "schedule": "cosine"},
-        "eval": {"every_steps": 10, "num_tasks": 32},
-    },
+    "demo": _DEMO,
     # Minutes, not hours: a smoke run of the same pipeline.
     "demo-quick": {
-        "steps": 3,
-        "policy": {"gradient_checkpointing": True},
-        "rollout": {"tasks_per_step": 2, "group_size": 4, "max_tokens": 64},
-        "optimizer": {"lr": 5e-5},
-        "eval": {"every_steps": 0, "num_tasks": 8},
+        **_DEMO,
+        "steps": 2,
+        "rollout": {**_DEMO["rollout"], "tasks_per_step": 2, "group_size": 4, "max_tokens": 40},
+        "checkpoint": {"every_steps": 0, "keep_last": 1},
     },
 }
 

@@ -19,6 +19,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from agentrft.samplers.distribution import Distribution, entropy
+
 
 def _body_and_head(model: Any) -> tuple[Any, Any]:
     """The decoder body (hidden states) and the output projection, through a peft wrapper if any."""
@@ -28,19 +30,17 @@ def _body_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def _chunk_logprobs(
-    head: Any, hidden: Tensor, targets: Tensor, with_entropy: bool, temperature: float
+    head: Any, hidden: Tensor, targets: Tensor, with_entropy: bool, dist: Distribution
 ) -> tuple[Tensor, Tensor]:
-    """(M_c,) log-probs of ``targets`` under ``head(hidden) / temperature``, and (M_c,) entropy (no grad)."""
+    """(M_c,) log-probs of ``targets`` under ``dist.warp(head(hidden))``, and (M_c,) entropy (no grad)."""
     logits = head(hidden)
     if logits.dtype in (torch.bfloat16, torch.float16):
         logits = logits.float()  # log_softmax in fp32 even under bf16 autocast
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
+    logp_all = torch.log_softmax(dist.warp(logits, keep=targets), dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if with_entropy:
         with torch.no_grad():
-            ent = -(logp_all.exp() * logp_all).sum(-1)
+            ent = entropy(logp_all)
     else:
         ent = torch.zeros_like(logp).detach()
     return logp, ent
@@ -55,15 +55,16 @@ def sampled_logprobs(
     chunk_size: int = 1024,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
-    temperature: float = 1.0,
+    dist: Distribution = Distribution(),
 ) -> tuple[Tensor, Tensor]:
     """Per-token log-prob and entropy (B, T) aligned with ``input_ids``; 0 where ``loss_mask`` is 0.
 
     ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` for sampled tokens
     (``loss_mask[b, t] == 1``); ``loss_mask[:, 0]`` must be 0 (a first token has no
     context). Gradients flow into the log-probs; entropy is a detached metric.
-    ``temperature`` divides the logits, matching a sampler that samples (and reports
-    log-probs) at that temperature: the policy being trained is the tempered one.
+    ``dist`` is the sampling distribution (temperature, top-k, top-p) the rollout drew
+    from: the policy being trained is that one, and its log-probs are what the
+    sampler reported (`agentrft.samplers.distribution`).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -75,7 +76,7 @@ def sampled_logprobs(
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)  # token t+1 is predicted from position t
     return head_logprobs(head, hidden[b_idx, t_idx], input_ids, b_idx, t_idx, chunk_size=chunk_size,
-                         with_entropy=with_entropy, use_checkpoint=use_checkpoint, temperature=temperature)
+                         with_entropy=with_entropy, use_checkpoint=use_checkpoint, dist=dist)
 
 
 def head_logprobs(
@@ -88,7 +89,7 @@ def head_logprobs(
     chunk_size: int,
     with_entropy: bool,
     use_checkpoint: bool,
-    temperature: float,
+    dist: Distribution,
 ) -> tuple[Tensor, Tensor]:
     """Chunked ``lm_head`` on the M predicting hidden states ``h`` (M, H); token ``input_ids[b_idx, t_idx + 1]``
     is the target of ``h[m]``. Returns (B, T) log-prob and entropy, 0 elsewhere (shared with `shared_prefix`)."""
@@ -98,9 +99,9 @@ def head_logprobs(
     for start in range(0, targets.shape[0], chunk_size):
         hc, tc = h[start : start + chunk_size], targets[start : start + chunk_size]
         if use_checkpoint and torch.is_grad_enabled():
-            lp, ent = checkpoint(_chunk_logprobs, head, hc, tc, with_entropy, temperature, use_reentrant=False)
+            lp, ent = checkpoint(_chunk_logprobs, head, hc, tc, with_entropy, dist, use_reentrant=False)
         else:
-            lp, ent = _chunk_logprobs(head, hc, tc, with_entropy, temperature)
+            lp, ent = _chunk_logprobs(head, hc, tc, with_entropy, dist)
         lps.append(lp)
         ents.append(ent)
     shape = input_ids.shape

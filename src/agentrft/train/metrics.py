@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from agentrft.eval.harness import EvalResult
 from agentrft.train.config import LoggingConfig
 from agentrft.types import Trajectory
 
@@ -22,12 +23,17 @@ def _mean(xs: list[float]) -> float:
 
 
 def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str, float]:
-    """Reward, success, grader errors, tokens and tool calls of a set of graded trajectories."""
+    """Reward, success, grader errors, tokens and tool calls of a set of graded trajectories.
+
+    Reward and success means are over the episodes whose grade measures them: an episode error or a
+    grade with an error flag is counted (``_status/error``, ``_grader_errors``), never averaged in as 0.
+    """
     graded = [t for t in trajs if t.grade is not None]
+    measured = [t for t in graded if t.untrainable_reason() in (None, "no_tokens")]
     out: dict[str, float] = {
         f"{prefix}_episodes": float(len(trajs)),
-        f"{prefix}_reward_mean": _mean([t.grade.reward for t in graded]),  # type: ignore[union-attr]
-        f"{prefix}_success_rate": _mean([float(t.grade.success) for t in graded]),  # type: ignore[union-attr]
+        f"{prefix}_reward_mean": _mean([t.grade.reward for t in measured]),  # type: ignore[union-attr]
+        f"{prefix}_success_rate": _mean([float(t.grade.success) for t in measured]),  # type: ignore[union-attr]
     }
     sub: dict[str, list[float]] = {}
     errors: dict[str, int] = {}
@@ -54,6 +60,22 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str,
     out[f"{prefix}_turns_per_episode"] = _mean([float(t.num_turns) for t in trajs])
     for status in ("completed", "max_turns", "truncated", "error"):
         out[f"{prefix}_status/{status}"] = float(sum(1 for t in trajs if t.status == status))
+    return out
+
+
+def eval_metrics(result: EvalResult, prefix: str = "valid") -> dict[str, float]:
+    """Step metrics from an `eval.harness` result: reward, success, pass@k / pass^k, errors, tool use."""
+    out = {
+        f"{prefix}_episodes": float(result.n_trajectories),
+        f"{prefix}_reward_mean": result.mean_reward,
+        f"{prefix}_success_rate": result.success_rate,
+        f"{prefix}_grader_errors": float(sum(result.grader_errors.values())),
+        f"{prefix}_status/error": float(result.status_counts.get("error", 0)),
+        f"{prefix}_tool_calls_per_episode": result.tools.calls_per_episode,
+        f"{prefix}_tokens_per_episode": result.usage.tokens_per_episode,
+    }
+    out.update({f"{prefix}_pass@{k}": v for k, v in result.pass_at_k.items()})
+    out.update({f"{prefix}_pass^{k}": v for k, v in result.pass_hat_k.items()})
     return out
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from agentrft.samplers.distribution import Distribution
 from agentrft.train.logprobs import _body_and_head, head_logprobs
 from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
 
@@ -169,7 +170,7 @@ def shared_prefix_logprobs(
     chunk_size: int = 1024,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
-    temperature: float = 1.0,
+    dist: Distribution = Distribution(),
 ) -> tuple[Tensor, Tensor]:
     """Same contract as `logprobs.sampled_logprobs` ((B, T) outputs aligned with ``input_ids``), computed on the
     packed rows: token t+1 of sequence b is predicted from the hidden state at column ``seq_cols[b, t]``."""
@@ -184,4 +185,4 @@ def shared_prefix_logprobs(
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
     h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
     return head_logprobs(head, h, input_ids, b_idx, t_idx, chunk_size=chunk_size, with_entropy=with_entropy,
-                         use_checkpoint=use_checkpoint, temperature=temperature)
+                         use_checkpoint=use_checkpoint, dist=dist)

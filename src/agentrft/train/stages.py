@@ -1,7 +1,15 @@
 """The named stages of a GRPO/DAPO step, each a short function the loop calls in order.
 
-rollout (with dynamic sampling) -> grade -> advantages -> pack -> update -> sync.
+rollout -> grade -> filter (repeated while dynamic sampling wants more groups: `collect_stage`)
+-> advantages -> pack; the update and the sync are in `update.py` and `loop.py`.
 Each stage takes plain inputs and returns its output and its metrics.
+
+Errors never train: `filter_stage` takes out every trajectory that
+`Trajectory.untrainable_reason` names (an episode error, a grader error, no grade,
+no token record) before any group statistic is computed, so a crashing judge
+cannot move its siblings' advantages; a group left with fewer than two members
+is dropped. Both are counted per cause in the step metrics (``excluded/...``,
+``groups_dropped/...``).
 """
 
 from __future__ import annotations
@@ -9,15 +17,22 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 
-from agentrft.algos import broadcast_turn_advantages, filter_groups, get_advantage_estimator, shape_rewards, turn_level
+from agentrft.algos import broadcast_turn_advantages, get_advantage_estimator, is_zero_signal, shape_rewards, turn_level
+from agentrft.graders import Grader, agrade_trajectories
+from agentrft.rollout.runner import Runner
+from agentrft.store import Store
 from agentrft.train.config import AlgorithmConfig, TrainConfig
+from agentrft.train.metrics import rollout_metrics
 from agentrft.train.packing import MicroBatch, micro_batches, to_sequence
 from agentrft.types import Task, Trajectory
+
+MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two healthy members
 
 
 def next_tasks(tasks: Sequence[Task], cursor: int, n: int, seed: int) -> list[Task]:
@@ -34,17 +49,20 @@ def next_tasks(tasks: Sequence[Task], cursor: int, n: int, seed: int) -> list[Ta
     return out
 
 
-def grade_stage(trajs: list[Trajectory], tasks_by_id: dict[str, Task], grader: Any, store: Any) -> None:
-    """Attach a Grade to every trajectory, concurrently (a crashing grader gives a flagged Grade, never a silent 0)."""
-    from agentrft.rollout.runner import grade_episode
+def rollout_stage(runner: Runner, tasks: list[Task], group_size: int, run_id: str,
+                  policy_version: int) -> list[Trajectory]:
+    """Play ``group_size`` episodes of each task (one group each); each is stored as it finishes."""
+    return asyncio.run(runner.run(tasks, group_size, run_id=run_id, policy_version=policy_version))
 
-    async def _all() -> list[Any]:
-        return await asyncio.gather(*(grade_episode(grader, t, tasks_by_id[t.task_id]) for t in trajs))
 
-    for t, grade in zip(trajs, asyncio.run(_all()), strict=True):
+def grade_stage(trajs: list[Trajectory], tasks_by_id: dict[str, Task], grader: Grader, store: Store | None) -> None:
+    """Attach a Grade to every trajectory through `graders.agrade_trajectories` (the one grading path:
+    a crashing grader gives a flagged Grade), and store it."""
+    grades = asyncio.run(agrade_trajectories(grader, trajs, [tasks_by_id[t.task_id].data for t in trajs]))
+    for t, grade in zip(trajs, grades, strict=True):
         t.grade = grade
         if store is not None:
-            store.set_grade(t.id, t.grade)
+            store.set_grade(t.id, grade)
 
 
 def group_trajectories(trajs: list[Trajectory]) -> list[list[Trajectory]]:
@@ -55,46 +73,86 @@ def group_trajectories(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return list(groups.values())
 
 
-def rollout_stage(
-    cfg: TrainConfig, runner: Any, tasks: Sequence[Task], cursor: int, run_id: str, policy_version: int,
-    grader: Any, store: Any,
-) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
-    """Sample and grade groups; with dynamic sampling, keep only groups with signal, sampling more rounds (capped).
+@dataclass
+class Filtered:
+    """What `filter_stage` kept, and why the rest left (counts accumulate over sampling rounds)."""
 
-    Returns (groups to train on, new cursor, metrics incl. sampling/grading seconds).
+    groups: list[list[Trajectory]] = field(default_factory=list)
+    excluded: Counter[str] = field(default_factory=Counter)  # trajectories by cause
+    grader_flags: Counter[str] = field(default_factory=Counter)  # excluded trajectories' grader error flags
+    dropped: Counter[str] = field(default_factory=Counter)  # groups by cause
+    groups_seen: int = 0
+    zero_signal: int = 0  # groups (of >= MIN_GROUP healthy members) whose rewards all agree, dropped or not
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"excluded/{k}": float(v) for k, v in sorted(self.excluded.items())}
+        out.update({f"excluded/grader_error/{k}": float(v) for k, v in sorted(self.grader_flags.items())})
+        out.update({f"groups_dropped/{k}": float(v) for k, v in sorted(self.dropped.items())})
+        out["excluded_trajectories"] = float(sum(self.excluded.values()))
+        out["zero_signal_frac"] = self.zero_signal / self.groups_seen if self.groups_seen else 0.0
+        return out
+
+
+def filter_stage(trajs: list[Trajectory], *, drop_zero_signal: bool, into: Filtered | None = None) -> Filtered:
+    """Keep the healthy members of each group; drop groups left with fewer than `MIN_GROUP` of them and,
+    with dynamic sampling (``drop_zero_signal``), groups whose healthy rewards all agree."""
+    out = into if into is not None else Filtered()
+    for group in group_trajectories(trajs):
+        out.groups_seen += 1
+        healthy = []
+        for t in group:
+            reason = t.untrainable_reason()
+            if reason is None:
+                healthy.append(t)
+                continue
+            out.excluded[reason] += 1
+            if reason == "grader_error":
+                assert t.grade is not None
+                out.grader_flags.update({e.flag for e in t.grade.errors})
+        if len(healthy) < MIN_GROUP:
+            out.dropped["too_small"] += 1
+            out.excluded["small_group"] += len(healthy)
+            continue
+        flat = is_zero_signal([t.grade.reward for t in healthy])  # type: ignore[union-attr]
+        out.zero_signal += flat
+        if flat and drop_zero_signal:
+            out.dropped["zero_signal"] += 1
+        else:
+            out.groups.append(healthy)
+    return out
+
+
+def collect_stage(
+    cfg: TrainConfig, runner: Runner, tasks: Sequence[Task], cursor: int, run_id: str, policy_version: int,
+    grader: Grader, store: Store | None,
+) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
+    """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds).
+
+    Returns (groups to train on, new task cursor, metrics incl. sampling/grading seconds and exclusions).
     """
-    r = cfg.rollout
-    ds = cfg.algorithm.dynamic_sampling
-    want = r.tasks_per_step
-    kept: list[list[Trajectory]] = []
+    r, ds = cfg.rollout, cfg.algorithm.dynamic_sampling
+    kept = Filtered()
     all_trajs: list[Trajectory] = []
     t_sample = t_grade = 0.0
     rounds = 0
-    zero_fracs: list[float] = []
     while True:
         rounds += 1
-        batch = next_tasks(tasks, cursor, want if not kept else want - len(kept), cfg.seed)
+        batch = next_tasks(tasks, cursor, r.tasks_per_step - len(kept.groups), cfg.seed)
         cursor += len(batch)
         t0 = time.perf_counter()
-        trajs = asyncio.run(runner.run(batch, r.group_size, run_id=run_id, policy_version=policy_version))
+        trajs = rollout_stage(runner, batch, r.group_size, run_id, policy_version)
         t1 = time.perf_counter()
         grade_stage(trajs, {t.id: t for t in batch}, grader, store)
         t_sample += t1 - t0
         t_grade += time.perf_counter() - t1
         all_trajs += trajs
-        groups = group_trajectories(trajs)
-        keep, stats = filter_groups([[t.grade.reward for t in g] for g in groups])  # type: ignore[union-attr]
-        zero_fracs.append(stats["zero_signal_frac"])
-        kept += [groups[i] for i in keep] if ds.enabled else groups
-        if not ds.enabled or len(kept) >= want or rounds >= ds.max_rounds:
+        filter_stage(trajs, drop_zero_signal=ds.enabled, into=kept)
+        if not ds.enabled or len(kept.groups) >= r.tasks_per_step or rounds >= ds.max_rounds:
             break
-    metrics = {"zero_signal_frac": zero_fracs[0], "sampling_rounds": float(rounds),
-               "groups_trained": float(len(kept[:want] if ds.enabled else kept)),
-               "time/sampling_s": t_sample, "time/grading_s": t_grade}
-    from agentrft.train.metrics import rollout_metrics
-
+    metrics = {"sampling_rounds": float(rounds), "groups_trained": float(len(kept.groups)),
+               "time/sampling_s": t_sample, "time/grading_s": t_grade, **kept.metrics()}
     metrics.update(rollout_metrics(all_trajs, "train"))
-    return (kept[:want] if ds.enabled else kept), cursor, metrics
+    return kept.groups, cursor, metrics
 
 
 def _num_turns(t: Trajectory) -> int:
@@ -103,10 +161,13 @@ def _num_turns(t: Trajectory) -> int:
 
 
 def advantage_stage(groups: list[list[Trajectory]], algo: AlgorithmConfig) -> tuple[list[Trajectory], list[list[float]], dict[str, float]]:
-    """Per-token advantages for every trainable trajectory (those with a token record)."""
-    trajs = [t for g in groups for t in g if t.tokens is not None]
+    """Per-token advantages for every trajectory of ``groups`` (healthy ones: see `filter_stage`)."""
+    trajs = [t for g in groups for t in g]
     if not trajs:
         return [], [], {}
+    unhealthy = [t.id for t in trajs if t.untrainable_reason() is not None]
+    if unhealthy:
+        raise ValueError(f"trajectories {unhealthy[:3]} cannot be trained on; filter_stage removes them")
     group_ids = {gid: i for i, gid in enumerate(dict.fromkeys(t.group_id for t in trajs))}
     index = torch.tensor([group_ids[t.group_id] for t in trajs], dtype=torch.int64)
     rewards = torch.tensor([t.grade.reward for t in trajs], dtype=torch.float64)  # type: ignore[union-attr]

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from agentrft.algos import aggregate, clipped_pg_loss
+from agentrft.samplers.distribution import Distribution
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.memory import trim
@@ -88,23 +89,34 @@ def lr_lambda(opt: OptimizerConfig, total_steps: int) -> Any:
     return f
 
 
-def batch_logprobs(model: Any, mb: MicroBatch, *, chunk: int, temperature: float,
+def batch_logprobs(model: Any, mb: MicroBatch, *, chunk: int, dist: Distribution,
                    with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs and entropy of ``mb``'s sampled tokens: on its prefix-tree packing if it has one."""
     if mb.shared is not None:
         return shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=chunk,
-                                      with_entropy=with_entropy, temperature=temperature)
+                                      with_entropy=with_entropy, dist=dist)
     return sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, chunk_size=chunk,
-                            with_entropy=with_entropy, temperature=temperature)
+                            with_entropy=with_entropy, dist=dist)
 
 
-def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, temperature: float) -> torch.Tensor:
+def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, dist: Distribution) -> torch.Tensor:
     """Reference log-probs: a frozen copy, or (LoRA) the same model with the adapter disabled."""
     with torch.no_grad():
         if ref_model is not None:
-            return batch_logprobs(ref_model, mb, chunk=chunk, temperature=temperature, with_entropy=False)[0]
+            return batch_logprobs(ref_model, mb, chunk=chunk, dist=dist, with_entropy=False)[0]
         with model.disable_adapter():
-            return batch_logprobs(model, mb, chunk=chunk, temperature=temperature, with_entropy=False)[0]
+            return batch_logprobs(model, mb, chunk=chunk, dist=dist, with_entropy=False)[0]
+
+
+def _sampler_gap(logp: torch.Tensor, mb: MicroBatch) -> tuple[float, float]:
+    """(sum, max) over loss tokens of |trainer log-prob - sampler log-prob|: on the first pass of an
+    on-policy step this is numerical noise only (bf16 autocast against the sampler's fp32), and a
+    large value means the two do not compute the same distribution."""
+    keep = mb.loss_mask.bool()
+    if not bool(keep.any()):
+        return 0.0, 0.0
+    gap = (logp.detach().double() - mb.sampler_logprobs.double()).abs()[keep]
+    return float(gap.sum()), float(gap.max())
 
 
 def policy_update(
@@ -115,11 +127,15 @@ def policy_update(
     algo: AlgorithmConfig,
     opt: OptimizerConfig,
     *,
+    dist: Distribution,
     precision: torch.dtype | None = None,
-    temperature: float = 1.0,
     ref_model: Any = None,
 ) -> dict[str, float]:
-    """Run ``algo.updates_per_batch`` optimizer steps on ``batches``; metrics are loss-token-weighted means."""
+    """Run ``algo.updates_per_batch`` optimizer steps on ``batches``; metrics are loss-token-weighted means.
+
+    ``dist`` is the rollout's sampling distribution: the trained log-probs are those of the policy
+    the sampler drew from. ``sampler_logprob_gap_mean``/``_max`` compare the first pass's log-probs
+    with the sampler's, token by token (see `_sampler_gap`)."""
     if not batches:
         return {"update_skipped": 1.0}
     params = [p for p in model.parameters() if p.requires_grad]
@@ -131,18 +147,22 @@ def policy_update(
     if algo.updates_per_batch > 1:
         with torch.no_grad(), _autocast(precision):
             for mb in batches:
-                mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, temperature=temperature,
+                mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist,
                                                  with_entropy=False)[0]
     sums: dict[str, float] = {}
     loss_total = 0.0
     grad_norm = 0.0
-    for _ in range(algo.updates_per_batch):
+    gap_sum = gap_max = 0.0
+    for epoch in range(algo.updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
         for mb in batches:
             with _autocast(precision):
-                logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, temperature=temperature)
+                logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
+            if epoch == 0:
+                s, m = _sampler_gap(logp, mb)
+                gap_sum, gap_max = gap_sum + s, max(gap_max, m)
             old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
-            ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, temperature) if algo.kl_coef > 0 else None
+            ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, dist) if algo.kl_coef > 0 else None
             per_token, m = clipped_pg_loss(
                 logp, old, mb.advantages, mb.loss_mask, eps_low=algo.eps_low, eps_high=algo.eps_high,
                 sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None, is_cap=algo.is_cap,
@@ -164,6 +184,7 @@ def policy_update(
         mb.old_logprobs = None
     out = {k: v for k, v in sums.items()}
     out.update(loss=loss_total / algo.updates_per_batch, grad_norm=grad_norm, lr=scheduler.get_last_lr()[0],
+               sampler_logprob_gap_mean=gap_sum / global_tokens, sampler_logprob_gap_max=gap_max,
                train_tokens=float(global_tokens), train_sequences=float(global_seqs),
                train_forward_tokens=float(sum(mb.num_forward_tokens for mb in batches)),
                train_sequence_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),

@@ -1,0 +1,30 @@
+"""Rendering a conversation to token ids through a tokenizer's chat template.
+
+Shared by every token-in-token-out sampler (in-process HF, the reference sampler,
+vLLM): the ids a trajectory records are exactly what this returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def template_supports_tools(tokenizer: Any) -> bool:
+    """Whether the chat template reads a `tools` variable. SmolLM2's does not: tool
+    schemas are then left to the agent loop's tool-call format (system prompt)."""
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                add_generation_prompt: bool) -> list[int]:
+    """Token ids of `messages` through the tokenizer's chat template (tools passed where supported)."""
+    # Templates concatenate `content` as a string; an assistant turn that only
+    # calls tools has content None in OpenAI format. Copy, never mutate the input.
+    msgs = [{**m, "content": m.get("content") or ""} for m in messages]
+    kwargs: dict[str, Any] = {}
+    if tools and template_supports_tools(tokenizer):
+        kwargs["tools"] = tools
+    out = tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                        return_dict=False, **kwargs)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    return [int(i) for i in ids]
