@@ -17,7 +17,9 @@ from agentrft.eval.report import build_report, pick_before_after, write_report
 from agentrft.types import Run
 
 EVIL = '</script><img id="pwned" src=x onerror="document.title=\'pwned\'">__DATA__'
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# CI sets AGENTRFT_REQUIRE_BROWSER=1: there a missing Chromium fails the test instead of skipping it
+SKIP_BROWSER = CHROMIUM is None and not os.environ.get("AGENTRFT_REQUIRE_BROWSER")
 
 
 def make_run_dir(root: Path, *, metrics_jsonl: bool = False) -> Path:
@@ -41,7 +43,8 @@ def make_run_dir(root: Path, *, metrics_jsonl: bool = False) -> Path:
                           metadata={"result": res.model_dump(mode="json"), "task_data": {t.id: t.data for t in tasks}}))
     store.add_run(Run(id="run-train", name="grpo", kind="train", created_at=1000.5))
     rows = [{"step": s, "train_reward_mean": 0.1 * s, "valid_reward_mean": 0.05 * s, "valid_pass@1": 0.1 * s,
-             "train_success_rate": 0.02 * s, "train_grader_errors/other_error": 1.0}
+             "train_success_rate": 0.02 * s, "train_grader_errors/other_error": 1.0, "train_sequences": 30.0,
+             **({"excluded/grader_error": 2.0, "groups_dropped/too_small": 1.0} if s == 3 else {})}
             for s in range(6)]
     if metrics_jsonl:
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -65,6 +68,10 @@ def test_report_contains_data_and_escapes(tmp_path: Path) -> None:
     assert "<svg" in html and "Reward over training steps" in html and 'data-series="train_reward_mean"' in html
     assert "task-alpha" in html and "baseline" in html and "final" in html
     assert "Paired comparison on 3 shared tasks" in html
+    # errors never train, and the report says what left the batches and why
+    assert "Excluded from training" in html and "180 trajectories trained" in html
+    assert "<td>excluded/grader_error</td><td>2</td><td>1</td>" in html
+    assert "<td>groups_dropped/too_small</td><td>1</td><td>1</td>" in html
     assert "<img" not in html and "</script><img" not in html  # model output stays inside the JSON, escaped
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
 
@@ -83,6 +90,7 @@ def test_report_reads_metrics_jsonl_and_names_missing_db(tmp_path: Path) -> None
 
 def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="agentrft-chromium-")
+    assert CHROMIUM is not None
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={profile}", *args, url]
@@ -92,8 +100,9 @@ def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(SKIP_BROWSER, reason="chromium is not installed (sudo apt-get install chromium)")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    assert CHROMIUM is not None, "AGENTRFT_REQUIRE_BROWSER is set but no chromium is on PATH"
     path = write_report(make_run_dir(tmp_path))
     proc = _chromium(["--virtual-time-budget=5000", "--dump-dom"], path.as_uri())
     dom = proc.stdout

@@ -187,6 +187,21 @@ def _level_and_failures(results: list[tuple[str, EvalResult]]) -> str:
             + _table(["category", *(name for name, _ in results)], fail_rows) + "</section>")
 
 
+def _exclusions(steps: list[dict[str, Any]]) -> str:
+    """What left the training batches and why (errors never train: see train/stages.filter_stage)."""
+    keys = sorted({k for row in steps for k in row if k.startswith(("excluded/", "groups_dropped/"))})
+    if not steps:
+        return ""
+    trained = sum(float(row.get("train_sequences", 0.0)) for row in steps)
+    if not keys:
+        return f'<p class="note">Nothing was excluded from training ({trained:.0f} trajectories trained).</p>'
+    rows = [[escape(k), f"{sum(float(row.get(k, 0.0)) for row in steps):.0f}",
+             f"{sum(1 for row in steps if row.get(k)):d}"] for k in keys]
+    return (f'<h3>Excluded from training</h3><p class="note">{trained:.0f} trajectories trained; episode and grader '
+            'errors are counted here, never trained on as reward 0.</p>'
+            + _table(["cause", "count", "steps with any"], rows, "exclusions"))
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_CHARS else text[:_MAX_CHARS] + f"… [{len(text) - _MAX_CHARS} more characters]"
 
@@ -250,7 +265,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     reward_chart = line_chart("Reward over training steps", _curves(steps, _REWARD_KEY))
     pass_chart = line_chart("Success (pass@1) and pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0))
     body = (f'<section id="training"><h2>Training</h2><div class="charts">{reward_chart}{pass_chart}</div>'
-            f'<p class="note">{len(steps)} logged steps.</p></section>'
+            f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}</section>'
             f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
             + _level_and_failures(results))
     views = [trajectory_view(t, name, data) for t, name, data in browse[:max_trajectories]]
