@@ -43,6 +43,10 @@ def test_summarize_hand_computed() -> None:
     assert res.cost.successes == 2 and res.cost.tokens_per_success == pytest.approx(360.0)
     assert res.cost.seconds_per_success == pytest.approx(21.0 / 2)
     assert res.cost.usd_per_success == pytest.approx(6 * (100 * 1 + 20 * 2) / 1e6 / 2)
+    # compute priced per hour of the run's wall time (all fakes start at t=1000, the longest ends at +6 s)
+    res = summarize(trajs, tasks, prices=Prices(compute_per_hour=36.0))
+    assert res.cost.wall_seconds == pytest.approx(6.0) and res.cost.compute_per_hour == 36.0
+    assert res.cost.usd_per_success == pytest.approx(6.0 / 3600 * 36.0 / 2)
     # failures: a#2 tool_error; b#1 no_tool_call; b#2 wrong_answer; b#3 (ungraded) wrong_answer
     assert res.failures["tool_error"] == 1 and res.failures["no_tool_call"] == 1
     assert res.failures["wrong_answer"] == 2 and sum(res.failures.values()) == 4

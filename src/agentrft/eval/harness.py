@@ -16,6 +16,11 @@ Choices worth knowing:
   the runner set it, otherwise the sum of model and tool latencies.
 * Cost per success: with `Prices`, USD; always also tokens and seconds per
   success. With zero successes the per-success figures are None, not infinity.
+  Prices are per token (hosted endpoints) and/or per hour of compute: the
+  run's wall time (first episode start to last episode end) times
+  ``compute_per_hour``. Local policies (in-process samplers) are priced at
+  `LOCAL_COMPUTE_USD_PER_HOUR` unless told otherwise, so cost per successful
+  task exists for every policy.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrft.eval.failures import FAILURE_CATEGORIES, classify_failure
 from agentrft.eval.metrics import bootstrap_ci, pass_curves
+from agentrft.samplers.base import TrainablePolicy
 from agentrft.types import GradeError, ModelCallEvent, Run, Task, Trajectory, new_id
 
 
@@ -37,11 +43,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Prices(_Model):
-    """Token prices in USD per million tokens."""
+# The stated default price of local compute: about the on-demand hourly price of a 2-vCPU cloud VM, the
+# machine the demo runs on. A GPU or a bigger machine costs more: pass --compute-usd-per-hour.
+LOCAL_COMPUTE_USD_PER_HOUR = 0.10
 
-    prompt_per_mtok: float = Field(ge=0.0)
-    completion_per_mtok: float = Field(ge=0.0)
+
+class Prices(_Model):
+    """Token prices in USD per million tokens, and compute in USD per hour of the run's wall time."""
+
+    prompt_per_mtok: float = Field(default=0.0, ge=0.0)
+    completion_per_mtok: float = Field(default=0.0, ge=0.0)
+    compute_per_hour: float = Field(default=0.0, ge=0.0, description="USD per hour of wall time of the run")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.prompt_per_mtok + completion_tokens * self.completion_per_mtok) / 1e6
@@ -89,6 +101,8 @@ class CostStats(_Model):
     successes: int
     total_tokens: int
     total_seconds: float
+    wall_seconds: float = Field(default=0.0, description="first episode start to last episode end")
+    compute_per_hour: float | None = Field(default=None, description="the compute price used, USD per hour")
     tokens_per_success: float | None
     seconds_per_success: float | None
     total_usd: float | None = None
@@ -200,10 +214,14 @@ def _cost(trajs: Sequence[Trajectory], successes: int, prices: Prices | None) ->
     toks = [_episode_tokens(t) for t in trajs]
     total_tokens = sum(p + c for p, c in toks)
     total_seconds = sum(_episode_seconds(t) for t in trajs)
-    usd = None if prices is None else sum(prices.cost(p, c) for p, c in toks)
+    ends = [t.finished_at for t in trajs if t.finished_at is not None]
+    wall = max(0.0, max(ends) - min(t.created_at for t in trajs)) if ends else total_seconds
+    usd = None if prices is None else (sum(prices.cost(p, c) for p, c in toks)
+                                       + wall / 3600.0 * prices.compute_per_hour)
     per = (lambda x: None if x is None or successes == 0 else x / successes)
     return CostStats(
-        successes=successes, total_tokens=total_tokens, total_seconds=total_seconds,
+        successes=successes, total_tokens=total_tokens, total_seconds=total_seconds, wall_seconds=wall,
+        compute_per_hour=None if prices is None else prices.compute_per_hour,
         tokens_per_success=per(total_tokens), seconds_per_success=per(total_seconds),
         total_usd=usd, usd_per_success=per(usd),
     )
@@ -301,6 +319,8 @@ async def evaluate_async(env: Any, sampler: Any, *, split: str = "held-out", sam
         from agentrft.graders import load_grader
 
         grader = load_grader(env.grader_spec())
+    if prices is None and isinstance(sampler, TrainablePolicy):  # weights in this process: priced as compute
+        prices = Prices(compute_per_hour=LOCAL_COMPUTE_USD_PER_HOUR)
     run_id = new_id()
     runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format,
                     progress=progress)
