@@ -75,7 +75,7 @@ def calculator_reward(completion: str, answer: float) -> float:
 
 # ------------------------------------------------------------------ prompts (agentrft side)
 def build_prompts() -> list[dict[str, Any]]:
-    from agentrft.envs.finqa_lite import FinqaLiteEnv
+    from agentrft.envs.finqa.env import FinqaLiteEnv
     from agentrft.rollout.agent import prompt_messages, to_render
     from agentrft.rollout.formats import make_format
     from agentrft.samplers.policies import smollm2_tokenizer
@@ -95,7 +95,7 @@ def build_prompts() -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ agentrft child
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentrft.envs.base import EnvLimits
-    from agentrft.envs.finqa_lite import FinqaLiteEnv
+    from agentrft.envs.finqa.env import FinqaLiteEnv
     from agentrft.samplers.policies import load_policy
     from agentrft.train.config import build_config
     from agentrft.train.loop import Components, train

@@ -15,8 +15,6 @@ LIGHT_PACKAGES = (
     "agentrft.types",
     "agentrft.store",
     "agentrft.tools",
-    "agentrft.finqa",
-    "agentrft.tasks",
     "agentrft.envs",
     "agentrft.graders",
     "agentrft.rollout",

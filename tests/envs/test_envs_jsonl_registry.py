@@ -1,4 +1,4 @@
-"""JsonlEnv (OpenAI RFT rows), FinqaJsonEnv (official FinQA file) and make_env."""
+"""JsonlEnv (OpenAI RFT rows) and make_env."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.envs.finqa_json import FinqaJsonEnv
-from agentrft.envs.finqa_lite import FinqaLiteEnv
 from agentrft.envs.jsonl import JsonlDataError, JsonlEnv
 from agentrft.envs.registry import make_env
 
@@ -77,33 +75,6 @@ def test_jsonl_grader_spec_file(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(JsonlDataError, match="bad.json:1: invalid JSON"):
         JsonlEnv(p, grader_spec_path=tmp_path / "bad.json")
-
-
-def test_finqa_json_env(tmp_path: Path) -> None:
-    record = {
-        "id": "ADI/2009/page_49.pdf-1", "filename": "ADI/2009/page_49.pdf",
-        "pre_text": ["net revenue rose in 2009 ."], "post_text": ["no other items ."],
-        "table": [["", "2009", "2008"], ["net revenue", "$ 5829", "$ 5735"]],
-        "qa": {"question": "what was the percentage change in net revenue from 2008 to 2009?",
-               "program": "subtract(5829, 5735), divide(#0, 5735)", "exe_ans": 0.01639},
-    }
-    p = tmp_path / "test.json"
-    p.write_text(json.dumps([record]))
-    env = make_env(f"finqa:{p}")
-    assert isinstance(env, FinqaJsonEnv)
-    (task,) = env.tasks("test")
-    assert task.data["answer"] == 0.01639 and task.data["doc_ids"] == ["ADI/2009/page_49.pdf"]
-    assert "ADI/2009/page_49.pdf" in task.messages[0].text()
-    ep = env.start(task)
-
-    async def go() -> list:
-        return [await ep.call_tool("search", {"query": "ADI 2009"}),
-                await ep.call_tool("open", {"doc_id": "ADI/2009/page_49.pdf"}),
-                await ep.call_tool("calculate", {"expression": "table_max(net revenue, none)"})]
-
-    found, opened, mx = asyncio.run(go())
-    assert "doc_id=ADI/2009/page_49.pdf" in found.content and opened.ok and mx.content == "5829"
-    assert env.ref().tool_schema_hash == FinqaLiteEnv(levels=3).ref().tool_schema_hash
 
 
 def test_make_env_specs(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_numeric_bad_reference_is_flagged() -> None:
 
 
 def test_finqa_program_execution_accuracy() -> None:
-    pytest.importorskip("agentrft.finqa.program")
+    pytest.importorskip("agentrft.envs.finqa.program")
     g = load_grader({"type": "finqa_program"})
     item = {"exe_ans": 0.01639, "table": [["", "2019"], ["revenue", "$5,829"]]}
     ok = g.grade("Program: subtract(5829, 5735), divide(#0, 5735)", item)

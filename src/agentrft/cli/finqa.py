@@ -17,8 +17,8 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Execution accuracy and program accuracy, as the official FinQA evaluate.py computes them."""
-    from agentrft.finqa.dataset import FinqaDataError
-    from agentrft.finqa.evaluate import evaluate_predictions
+    from agentrft.envs.finqa.dataset import FinqaDataError
+    from agentrft.envs.finqa.evaluate import evaluate_predictions
 
     try:
         result = evaluate_predictions(predictions, gold)

@@ -22,7 +22,7 @@ def _unknown(spec: str, why: str = "") -> ValueError:
 def make_env(spec: str, **kwargs: Any) -> Environment:
     name, _, rest = spec.strip().partition(":")
     if name == "finqa-lite":
-        from agentrft.envs.finqa_lite import FinqaLiteEnv
+        from agentrft.envs.finqa.env import FinqaLiteEnv
 
         if rest:
             try:
@@ -34,7 +34,7 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
     if name == "finqa":
         if not rest:
             raise _unknown(spec, "finqa needs a path, e.g. finqa:data/test.json")
-        from agentrft.envs.finqa_json import FinqaJsonEnv
+        from agentrft.envs.finqa.json_env import FinqaJsonEnv
 
         return FinqaJsonEnv(rest, **kwargs)
     if name == "jsonl":

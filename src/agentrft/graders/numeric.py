@@ -221,7 +221,7 @@ class FinqaProgramGrader(Grader):
         return cls(spec.name or "finqa_program", spec.input, spec.reference, spec.table, where, spec.pass_threshold)
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
-        from agentrft.finqa.program import ProgramError, execute_program  # lazy: layer 3, optional here
+        from agentrft.envs.finqa.program import ProgramError, execute_program  # lazy: layer 3, optional here
 
         gold = self.reference.value(sample, item)
         table = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentrft.tools.finqa_tools import Document, DocumentIndex, FinqaToolState, finqa_toolbox, paginate
+from agentrft.envs.finqa.tools import Document, DocumentIndex, FinqaToolState, finqa_toolbox, paginate
 
 TABLE = (("", "2023", "2022"), ("revenue", "$ 5,829", "$ 5,735"), ("net income", "$ 410", "$ 380"))
 

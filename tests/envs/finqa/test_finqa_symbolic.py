@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft.finqa.program import ProgramError, program_accuracy, program_to_tokens
+from agentrft.envs.finqa.program import ProgramError, program_accuracy, program_to_tokens
 
 
 def same(pred: str, gold: str) -> bool:

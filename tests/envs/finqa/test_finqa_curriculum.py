@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft.finqa.program import execute_program
-from agentrft.tasks.finqa_corpus import Corpus
-from agentrft.tasks.finqa_lite import FinqaLite, numbers_in
-from agentrft.tasks.finqa_templates import IN_DISTRIBUTION, OOD, TEMPLATES
+from agentrft.envs.finqa.corpus import Corpus
+from agentrft.envs.finqa.curriculum import FinqaLite, numbers_in
+from agentrft.envs.finqa.program import execute_program
+from agentrft.envs.finqa.templates import IN_DISTRIBUTION, OOD, TEMPLATES
 
 
 @pytest.fixture(scope="module")

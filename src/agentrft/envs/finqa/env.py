@@ -1,6 +1,6 @@
 """`FinqaLiteEnv`: the default environment, FinQA-style questions over the synthetic corpus.
 
-Tools: `search`, `open`, `calculate` (see `agentrft.tools.finqa_tools`). Limits
+Tools: `search`, `open`, `calculate` (see `agentrft.envs.finqa.tools`). Limits
 grow with the level: level 1 needs one calculation, level 4 two searches, two
 opens and a calculation. The env's `limits` are the most generous of its
 levels (the agent loop reads them); each episode's tool budget is its task's
@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.finqa.curriculum import LEVELS, FinqaLite, answer_text
+from agentrft.envs.finqa.program import program_to_infix
+from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.toolbox_episode import ToolboxEpisode
-from agentrft.finqa.program import program_to_infix
-from agentrft.tasks.finqa_lite import LEVELS, FinqaLite, answer_text
-from agentrft.tools.finqa_tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
 
 LEVEL_LIMITS: dict[int, EnvLimits] = {

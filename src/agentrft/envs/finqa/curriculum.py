@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentrft.tasks.finqa_corpus import (
+from agentrft.envs.finqa.corpus import (
     REPORT_YEARS,
     SERIES_YEARS,
     FACT_LABELS,
@@ -40,7 +40,8 @@ from agentrft.tasks.finqa_corpus import (
     fmt_number,
     fmt_prose,
 )
-from agentrft.tasks.finqa_templates import (
+from agentrft.envs.finqa.program import execute_program
+from agentrft.envs.finqa.templates import (
     IN_DISTRIBUTION,
     OOD,
     TEMPLATES_BY_NAME,
@@ -49,7 +50,7 @@ from agentrft.tasks.finqa_templates import (
     compose_difference,
     render_steps,
 )
-from agentrft.tools.finqa_tools import Document, render_table
+from agentrft.envs.finqa.tools import Document, render_table
 from agentrft.types import Message, Task
 
 SPLITS: tuple[str, ...] = ("train", "held-out", "ood")
@@ -70,12 +71,6 @@ def answer_text(answer: float | str) -> str:
         return answer
     text = f"{answer:.5f}".rstrip("0").rstrip(".")
     return text if text not in ("", "-0") else "0"
-
-
-def _execute(program: str, table: Sequence[Sequence[str]] | None) -> float | str:
-    from agentrft.finqa.program import execute_program  # lazy: layer-3 sibling, keeps import light
-
-    return execute_program(program, table)
 
 
 @dataclass
@@ -237,7 +232,7 @@ class FinqaLite:
         doc_ids: list[str],
         variant: str,
     ) -> Task:
-        answer = _execute(program, table)
+        answer = execute_program(program, table)
         content = f"{self.seed}|{split}|{level}|{template.name}|{[c.name for c in companies]}|{years}|{variant}"
         task_id = "fql-" + hashlib.sha256(content.encode()).hexdigest()[:16]
         return Task(

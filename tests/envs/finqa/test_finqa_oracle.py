@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from agentrft.envs.finqa_lite import FinqaLiteEnv
+from agentrft.envs.finqa.env import FinqaLiteEnv
 from agentrft.types import Task
 
 

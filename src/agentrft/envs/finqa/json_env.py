@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.envs.base import EnvLimits, Environment
-from agentrft.envs.finqa_lite import LEVEL_LIMITS, SYSTEM_PROMPT
+from agentrft.envs.finqa.dataset import FinqaRecord, load_finqa_json
+from agentrft.envs.finqa.env import LEVEL_LIMITS, SYSTEM_PROMPT
+from agentrft.envs.finqa.tools import Document, DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.toolbox_episode import ToolboxEpisode
-from agentrft.tools.finqa_tools import Document, DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.types import Message, Task
 
 _FILENAME = re.compile(r"^([^/]+)/(\d{4})/")
 
 
-def record_document(record: Any) -> Document:
+def record_document(record: FinqaRecord) -> Document:
     """A FinQA record's page as a searchable Document (company = ticker, year from the filename)."""
     m = _FILENAME.match(record.filename)
     company, year = (m.group(1), int(m.group(2))) if m else (record.filename, None)
@@ -43,15 +44,13 @@ class FinqaJsonEnv(Environment):
     version = "1"
 
     def __init__(self, path: str | Path, *, limits: EnvLimits | None = None, page_chars: int = 1500):
-        from agentrft.finqa.dataset import load_finqa_json  # raises FinqaDataError naming file/record/field
-
         self.path = Path(path)
-        self.records = load_finqa_json(self.path)
+        self.records = load_finqa_json(self.path)  # raises FinqaDataError naming file, record and field
         self.limits = limits or LEVEL_LIMITS[3]
         self.index = DocumentIndex([record_document(r) for r in self.records], page_chars=page_chars)
         self._tasks = [self._task(r) for r in self.records]
 
-    def _task(self, record: Any) -> Task:
+    def _task(self, record: FinqaRecord) -> Task:
         doc = record_document(record)
         prompt = (
             f"{record.qa.question.strip()}\n"

@@ -302,11 +302,11 @@ def execution_accuracy(pred_tokens: Sequence[str], gold_exe_ans: float | str, ta
 
 
 def program_accuracy(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> bool:
-    """Symbolic equivalence of the prediction to the gold program (see :mod:`agentrft.finqa.symbolic`).
+    """Symbolic equivalence of the prediction to the gold program (see :mod:`agentrft.envs.finqa.symbolic`).
 
     Raises ProgramError only when the *gold* program is malformed.
     """
-    from agentrft.finqa.symbolic import equal_programs  # sympy is imported only when needed
+    from agentrft.envs.finqa.symbolic import equal_programs  # sympy is imported only when needed
 
     return equal_programs(gold_tokens, pred_tokens)
 

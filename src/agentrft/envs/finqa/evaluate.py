@@ -3,10 +3,10 @@
 Predictions: a JSON list of ``{"id": ..., "predicted": [tokens..., "EOF"]}`` (the format of the
 FinQA generator's output). Gold: a FinQA JSON file. As in the official script, the denominator
 is the number of predictions, the gold program is tokenised with
-:func:`~agentrft.finqa.program.program_to_tokens`, and the last predicted token is dropped as the
+:func:`~agentrft.envs.finqa.program.program_to_tokens`, and the last predicted token is dropped as the
 ``EOF`` (whatever it is). Unlike the official script, a prediction whose id is not in the gold
 file, a duplicate gold id, or an empty predictions list is a clear error instead of a crash.
-The per-program departures (all in malformed corners) are listed in :mod:`agentrft.finqa.program`.
+The per-program departures (all in malformed corners) are listed in :mod:`agentrft.envs.finqa.program`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentrft.finqa.dataset import FinqaDataError, FinqaRecord, load_finqa_json, read_json
-from agentrft.finqa.program import EOF, ProgramError, execution_accuracy, program_accuracy, program_to_tokens
+from agentrft.envs.finqa.dataset import FinqaDataError, FinqaRecord, load_finqa_json, read_json
+from agentrft.envs.finqa.program import EOF, ProgramError, execution_accuracy, program_accuracy, program_to_tokens
 
 
 def _read_predictions(path: str | Path) -> list[tuple[str, list[str]]]:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentrft.envs.finqa.calc import calculate
 from agentrft.tools.registry import Tool, Toolbox
 
 DEFAULT_PAGE_CHARS = 1500
@@ -178,8 +179,6 @@ class FinqaToolState:
         Args:
             expression: the arithmetic expression or FinQA program.
         """
-        from agentrft.finqa.calc import calculate  # lazy: keeps tool import free of the finqa package
-
         if self.scope is None and "table_" in expression:
             raise ValueError("no document is open; call open(doc_id) before table_sum/average/max/min")
         table = [list(r) for r in self.scope.table] if self.scope is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft.finqa.program import (
+from agentrft.envs.finqa.program import (
     ProgramError,
     execute_program,
     execute_tokens,
@@ -226,8 +226,8 @@ def test_execution_accuracy_is_exact_after_rounding() -> None:
 
 
 def test_program_to_infix_matches_the_executor() -> None:
-    from agentrft.finqa.calc import calculate
-    from agentrft.finqa.program import execute_program, program_to_infix
+    from agentrft.envs.finqa.calc import calculate
+    from agentrft.envs.finqa.program import execute_program, program_to_infix
 
     cases = {
         "subtract(5829, 5735), divide(#0, 5735)": "(5829 - 5735) / 5735",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agentrft.finqa.dataset import FinqaDataError, FinqaRecord, load_finqa_json
-from agentrft.finqa.evaluate import evaluate_predictions
+from agentrft.envs.finqa.dataset import FinqaDataError, FinqaRecord, load_finqa_json
+from agentrft.envs.finqa.evaluate import evaluate_predictions
 
 TABLE = [["", "2019", "2018", "2017"], ["net revenue", "$ 1,200", "$ 1,000", "$ 800"]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft.finqa.calc import CalcError, calculate, format_number
+from agentrft.envs.finqa.calc import CalcError, calculate, format_number
 
 TABLE = [["", "2019", "2018"], ["net revenue", "$ 1,200", "$ 1,000"], ["notes", "n/a", "5"]]
 

@@ -8,7 +8,7 @@ Two input forms, told apart by syntax:
   ``(94/5735)%`` is 0.0001639…. ``%`` is never modulo, so ``a % b`` is an error that says so.
 * **FinQA program** (input starting with an operation name and ``(``):
   ``subtract(5829, 5735), divide(#0, 5735)``, executed with the official semantics of
-  :mod:`agentrft.finqa.program` (so the answer is rounded to 5 decimals), including
+  :mod:`agentrft.envs.finqa.program` (so the answer is rounded to 5 decimals), including
   ``table_sum/average/max/min(row name, none)`` when a table is in scope. Arguments are separated
   by a comma and a space (or by bare commas when no argument contains one); ``$`` is dropped from
   numeric arguments; a table op may omit its ``none`` argument.
@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentrft.finqa.program import ALL_OPS, TABLE_OPS, ProgramError, Step, run_steps
+from agentrft.envs.finqa.program import ALL_OPS, TABLE_OPS, ProgramError, Step, run_steps
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_DEPTH = 64  # nested parentheses / unary signs

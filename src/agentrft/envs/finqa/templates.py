@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentrft.tasks.finqa_corpus import fmt_number
+from agentrft.envs.finqa.corpus import fmt_number
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentrft.finqa.program import ProgramError, Step, parse_steps
+from agentrft.envs.finqa.program import ProgramError, Step, parse_steps
 
 _OperandKey = tuple[str, str]
 _TableKey = tuple[str, bool, str, str, str]
