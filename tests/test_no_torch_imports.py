@@ -13,6 +13,7 @@ import sys
 
 LIGHT_PACKAGES = (
     "agentrft.types",
+    "agentrft.arith",
     "agentrft.store",
     "agentrft.tools",
     "agentrft.envs",

@@ -7,7 +7,7 @@ Modules, from data to environment:
 * ``curriculum`` — finqa-lite's tasks: levels 1–4, splits train / held-out / ood
 * ``program``    — the official FinQA program language: parser, executor, execution/program accuracy
 * ``symbolic``   — program accuracy's symbolic equivalence (sympy, imported only when needed)
-* ``calc``       — the agent's calculator: an arithmetic expression or a FinQA program
+* ``calc``       — the agent's calculator: arithmetic (the shared :mod:`agentrft.arith`) or a FinQA program
 * ``tools``      — ``search`` / ``open`` / ``calculate`` over a document index
 * ``env``        — :class:`~agentrft.envs.finqa.env.FinqaLiteEnv` (``finqa-lite``)
 * ``dataset``    — the official FinQA JSON files as validated records

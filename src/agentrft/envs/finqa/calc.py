@@ -17,6 +17,7 @@ Results are text: integers without ``.0``, other numbers with at most 6 decimals
 dropped; scientific notation for magnitudes below 1e-6), or ``yes``/``no``. Any problem raises
 :class:`CalcError` with a message meant to be shown to the model.
 
+Arithmetic is parsed by the shared :mod:`agentrft.arith` (in its percent / money / ``**`` dialect).
 Guards against abuse: input length, nesting depth, exponent size and result magnitude are capped,
 and everything is computed in floats (no unbounded integers).
 """
@@ -26,12 +27,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from agentrft.arith import ArithError, Limits, Syntax, evaluate, parse
 from agentrft.envs.finqa.program import ALL_OPS, TABLE_OPS, ProgramError, Step, run_steps
 
 MAX_EXPRESSION_CHARS = 2000
-MAX_DEPTH = 64  # nested parentheses / unary signs
+MAX_DEPTH = 64  # nested parentheses / unary signs / exponents
 MAX_EXPONENT = 1000.0
 MAX_MAGNITUDE = 1e30
 
@@ -60,156 +61,9 @@ def format_number(value: float | str) -> str:
 
 # ---------------------------------------------------------------- arithmetic
 
-_NUMBER = re.compile(r"\$?\s*(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_OPERATORS = ("**", "+", "-", "*", "/", "^", "(", ")", "%")
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # "num" | "op" | "end"
-    text: str
-    pos: int
-    value: float = 0.0
-
-
-def _tokenize(text: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    pos = 0
-    while pos < len(text):
-        char = text[pos]
-        if char.isspace():
-            pos += 1
-            continue
-        number = _NUMBER.match(text, pos)
-        if number:
-            raw = number.group().lstrip("$").strip()
-            if "," in raw and not _THOUSANDS.fullmatch(raw):
-                raise CalcError(f"{raw!r} at position {pos} is not a number: commas may only separate thousands")
-            tokens.append(_Token("num", raw, pos, float(raw.replace(",", ""))))
-            pos = number.end()
-            continue
-        name = _NAME.match(text, pos)
-        if name:
-            raise CalcError(f"unknown name {name.group()!r} at position {pos}")
-        operator = next((op for op in _OPERATORS if text.startswith(op, pos)), None)
-        if operator is None:
-            raise CalcError(f"unexpected character {char!r} at position {pos}")
-        tokens.append(_Token("op", operator, pos))
-        pos += len(operator)
-    tokens.append(_Token("end", "", len(text)))
-    return tokens
-
-
-def _checked(value: float) -> float:
-    if isinstance(value, complex):
-        raise CalcError("a negative number to a fractional power has no real result")
-    if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
-        raise CalcError(f"result too large (limit {MAX_MAGNITUDE:g})")
-    return value
-
-
-class _Parser:
-    """Recursive descent: expr → term (+|- term)*; term → unary (*|/ unary)*;
-    unary → (+|-) unary | power; power → postfix ((^|**) unary)?; postfix → primary %*."""
-
-    def __init__(self, tokens: list[_Token]) -> None:
-        self.tokens = tokens
-        self.index = 0
-        self.depth = 0
-
-    @property
-    def current(self) -> _Token:
-        return self.tokens[self.index]
-
-    def _take(self, *ops: str) -> _Token | None:
-        token = self.current
-        if token.kind == "op" and token.text in ops:
-            self.index += 1
-            return token
-        return None
-
-    def _enter(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise CalcError(f"expression nested too deeply (limit {MAX_DEPTH})")
-
-    def parse(self) -> float:
-        value = self.expr()
-        token = self.current
-        if token.kind != "end":
-            hint = "; '%' is a postfix percent sign (12% = 0.12), not modulo" if self._after_percent() else ""
-            raise CalcError(f"unexpected {token.text!r} at position {token.pos}: expected an operator{hint}")
-        return value
-
-    def _after_percent(self) -> bool:
-        return self.index > 0 and self.tokens[self.index - 1].text == "%"
-
-    def expr(self) -> float:
-        value = self.term()
-        while op := self._take("+", "-"):
-            right = self.term()
-            value = _checked(value + right if op.text == "+" else value - right)
-        return value
-
-    def term(self) -> float:
-        value = self.unary()
-        while op := self._take("*", "/"):
-            right = self.unary()
-            if op.text == "*":
-                value = _checked(value * right)
-            elif right == 0:
-                raise CalcError(f"division by zero at position {op.pos}")
-            else:
-                value = _checked(value / right)
-        return value
-
-    def unary(self) -> float:
-        if op := self._take("+", "-"):
-            self._enter()
-            value = self.unary()
-            self.depth -= 1
-            return -value if op.text == "-" else value
-        return self.power()
-
-    def power(self) -> float:
-        base = self.postfix()
-        if op := self._take("^", "**"):
-            self._enter()
-            exponent = self.unary()
-            self.depth -= 1
-            if abs(exponent) > MAX_EXPONENT:
-                raise CalcError(f"exponent {exponent:g} too large (limit {MAX_EXPONENT:g})")
-            if base == 0 and exponent < 0:
-                raise CalcError(f"division by zero: 0 to a negative power at position {op.pos}")
-            try:
-                return _checked(base**exponent)
-            except OverflowError:
-                raise CalcError(f"result too large (limit {MAX_MAGNITUDE:g})") from None
-        return base
-
-    def postfix(self) -> float:
-        value = self.primary()
-        while self._take("%"):
-            value = value / 100.0
-        return value
-
-    def primary(self) -> float:
-        token = self.current
-        if token.kind == "num":
-            self.index += 1
-            return _checked(token.value)
-        if self._take("("):
-            self._enter()
-            value = self.expr()
-            self.depth -= 1
-            if not self._take(")"):
-                raise CalcError(f"missing ')' at position {self.current.pos}")
-            return value
-        if token.kind == "end":
-            raise CalcError("expression ends too early: expected a number or '('")
-        raise CalcError(f"unexpected {token.text!r} at position {token.pos}: expected a number or '('")
+# The calculator's dialect of the shared parser: what a model writes after reading a report.
+SYNTAX = Syntax(percent=True, money=True, double_star=True, max_chars=MAX_EXPRESSION_CHARS, max_depth=MAX_DEPTH)
+LIMITS = Limits(max_exponent=MAX_EXPONENT, max_magnitude=MAX_MAGNITUDE)
 
 
 # ---------------------------------------------------------------- programs
@@ -284,4 +138,7 @@ def calculate(expression: str, table: Sequence[Sequence[str]] | None = None) -> 
             return format_number(run_steps(_parse_program(expression), table))
         except ProgramError as err:
             raise CalcError(str(err)) from None
-    return format_number(_Parser(_tokenize(expression)).parse())
+    try:
+        return format_number(evaluate(parse(expression, SYNTAX), limits=LIMITS))
+    except ArithError as err:
+        raise CalcError(str(err)) from None
