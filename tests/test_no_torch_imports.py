@@ -14,6 +14,7 @@ import sys
 LIGHT_PACKAGES = (
     "agentrft.types",
     "agentrft.arith",
+    "agentrft.http_retry",
     "agentrft.store",
     "agentrft.tools",
     "agentrft.envs",

@@ -11,7 +11,7 @@ re-grade costs nothing and is reproducible (including at temperature > 0).
 Flags: unparsable or non-numeric reply → `model_grader_parse_error`; a refusal
 (`message.refusal` set or `finish_reason == "content_filter"`) →
 `model_grader_refusal_error`; HTTP errors, timeouts, connection failures (after
-`max_retries`) → `model_grader_server_error`. Endpoint graders POST
+`max_retries`, retried by `agentrft.http_retry`) → `model_grader_server_error`. Endpoint graders POST
 `{sample, item, trace_id}` and read `{"score": float}`; transport failures are
 `unresponsive_reward_error`, a bad body `other_error`.
 Concurrency is bounded per grader (`LoadOptions.concurrency`).
@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrft.graders.base import Grader, GraderFailure, GraderSpecError, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
 from agentrft.graders.template import compile_template
+from agentrft.http_retry import RetriesExhausted, RetryPolicy, send_with_retries
 
 
 class ReplyCache:
@@ -85,22 +86,15 @@ class _Http:
     async def post(self, url: str, body: dict[str, Any], headers: dict[str, str], retries: int,
                    fail_flag: str) -> dict[str, Any]:
         client, sem = self.get()
-        last = ""
+        # A grade waits on this call inside a batch: shorter waits than the sampler's.
+        policy = RetryPolicy(max_retries=retries, backoff_s=0.2, max_backoff_s=2.0, max_retry_after_s=10.0)
         async with sem:
-            for attempt in range(retries + 1):
-                try:
-                    resp = await client.post(url, json=body, headers=headers)
-                    if resp.status_code < 500 and resp.status_code != 429:
-                        break
-                    last = f"HTTP {resp.status_code} from {url}"
-                except httpx.HTTPError as e:
-                    last = f"{type(e).__name__} calling {url}: {e}"
-                    resp = None
-                if attempt < retries:
-                    await asyncio.sleep(min(2.0, 0.2 * 2**attempt))
-            else:
-                raise GraderFailure(fail_flag, last)
-        assert resp is not None
+            try:
+                resp = await send_with_retries(lambda: client.post(url, json=body, headers=headers), policy)
+            except RetriesExhausted as e:
+                raise GraderFailure(fail_flag, f"POST {url} {e}") from None
+            except httpx.HTTPError as e:
+                raise GraderFailure(fail_flag, f"{type(e).__name__} calling {url}: {e}") from None
         if resp.status_code >= 400:
             raise GraderFailure(fail_flag, f"HTTP {resp.status_code} from {url}: {resp.text[:300]}")
         try:

@@ -1,9 +1,9 @@
 """`ChatSampler` over any OpenAI-compatible Chat Completions endpoint.
 
-Transient failures (HTTP 429 and 5xx, timeouts, dropped connections) are
-retried with exponential backoff and full jitter, honouring a numeric
-`Retry-After`; other 4xx answers fail at once with the server's message. A
-semaphore bounds the requests in flight.
+Transient failures (HTTP 408/409/429 and 5xx, timeouts, dropped connections)
+are retried by the shared `agentrft.http_retry` (exponential backoff with full
+jitter, honouring `Retry-After`); other 4xx answers fail at once with the
+server's message. A semaphore bounds the requests in flight.
 
 Token ids: a plain OpenAI endpoint returns none, so the result is marked
 `extra["eval_only"] = True` and its trajectory cannot be trained on. With
@@ -15,20 +15,18 @@ Token ids: a plain OpenAI endpoint returns none, so the result is marked
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from typing import Any
 
 import httpx
 
+from agentrft.http_retry import RetriesExhausted, RetryPolicy, send_with_retries
 from agentrft.samplers.base import ChatResult, FinishReason, SamplingParams
 
 
 class SamplerHTTPError(RuntimeError):
     """The endpoint refused the request or kept failing; the message names the URL and the cause."""
 
-
-_RETRY_STATUS = frozenset({408, 409, 429})
 
 
 class OpenAIChatSampler:
@@ -46,13 +44,10 @@ class OpenAIChatSampler:
         self.api_key = api_key
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
+        self.retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
         self.token_ids = token_ids
         self.extra_body = dict(extra_body or {})
         self._transport = transport
-        self._rng = random.Random()
         # The client and semaphore belong to one event loop; rebuilt if another one calls.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
@@ -96,42 +91,26 @@ class OpenAIChatSampler:
         return result
 
     async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            retry_after: float | None = None
-            try:
-                resp = await client.post(self.url, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code < 300:
-                    try:
-                        data = resp.json()
-                    except ValueError:
-                        raise SamplerHTTPError(f"POST {self.url}: response is not JSON: {resp.text[:200]!r}") from None
-                    if not isinstance(data, dict):
-                        raise SamplerHTTPError(f"POST {self.url}: expected a JSON object, got {type(data).__name__}")
-                    return data
-                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                if resp.status_code < 500 and resp.status_code not in _RETRY_STATUS:
-                    raise SamplerHTTPError(f"POST {self.url} failed with {last}")
-                retry_after = _retry_after(resp)
-            if attempt < self.max_retries:
-                cap = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
-                await asyncio.sleep(retry_after if retry_after is not None else self._rng.uniform(0, cap))
-        raise SamplerHTTPError(f"POST {self.url} gave up after {self.max_retries + 1} attempts; last error: {last}")
+        try:
+            resp = await send_with_retries(lambda: client.post(self.url, json=body), self.retry)
+        except RetriesExhausted as err:
+            raise SamplerHTTPError(f"POST {self.url} {err}") from None
+        except httpx.HTTPError as exc:  # not transient (e.g. an unsupported URL scheme): retrying cannot help
+            raise SamplerHTTPError(f"POST {self.url} failed: {type(exc).__name__}: {exc}") from None
+        if resp.status_code >= 300:
+            raise SamplerHTTPError(f"POST {self.url} failed with HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise SamplerHTTPError(f"POST {self.url}: response is not JSON: {resp.text[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise SamplerHTTPError(f"POST {self.url}: expected a JSON object, got {type(data).__name__}")
+        return data
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    try:
-        return max(0.0, float(resp.headers.get("retry-after", "")))
-    except ValueError:
-        return None
 
 
 def _finish(choice: dict[str, Any]) -> FinishReason:
