@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentrft.eval.cli_support import open_store, user_errors
+from agentrft.cli.support import open_store, user_errors
 
 
 def check_command(

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from agentrft.eval.cli_support import DEFAULT_DB, eval_result_of, fail, find_run, open_store, user_errors
+from agentrft.cli.support import DEFAULT_DB, eval_result_of, fail, find_run, open_store, user_errors
 
 
 def _print_result(res: Any) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentrft.eval.cli_support import DEFAULT_DB, fail, find_run, open_store, user_errors
+from agentrft.cli.support import DEFAULT_DB, fail, find_run, open_store, user_errors
 from agentrft.eval.exports import EXPORT_FORMATS
 
 

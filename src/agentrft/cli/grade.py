@@ -19,19 +19,15 @@ from typing import Any
 
 import typer
 
+from agentrft.cli.support import fail
 from agentrft.jsonl import JsonlError, read_objects
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     try:
         return read_objects(path)
     except JsonlError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err), code=2) from None
 
 
 def grade_command(
@@ -48,19 +44,19 @@ def grade_command(
     try:
         g = load_grader(grader, LoadOptions(base_url=base_url, concurrency=concurrency))
     except GraderSpecError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e), code=2) from None
     item_rows = _read_jsonl(items)
     sample_rows = _read_jsonl(samples)
     if len(item_rows) != 1 and len(item_rows) != len(sample_rows):
-        raise _fail(f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
-                    "(give one item per sample, or a single item)")
+        raise fail(f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
+                   "(give one item per sample, or a single item)", code=2)
     pairs = []
     for k, (no, obj) in enumerate(sample_rows):
         try:
             s = Sample.from_dict(obj)
         except ValueError as e:
             first = str(e).splitlines()[0]
-            raise _fail(f"{samples}:{no}: not a sample or trajectory ({first})") from None
+            raise fail(f"{samples}:{no}: not a sample or trajectory ({first})", code=2) from None
         pairs.append((s, item_rows[0 if len(item_rows) == 1 else k][1]))
     grades = asyncio.run(agrade_many(g, pairs, concurrency=concurrency))
     for k, gr in enumerate(grades):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentrft.eval.cli_support import fail, user_errors
+from agentrft.cli.support import fail, user_errors
 
 
 def report_command(

@@ -15,18 +15,14 @@ from typing import Any
 
 import typer
 
-DEFAULT_DB = Path("runs/agentrft.db")
+from agentrft.cli.support import DEFAULT_DB, fail, open_store
+
 _SHOW_LIMIT = 2000  # characters of one tool result / message shown unless --full
 
 traj_app = typer.Typer(help="Inspect, export and import recorded trajectories.", no_args_is_help=True)
 
 _db_opt = typer.Option(DEFAULT_DB, "--db", help="SQLite store file.")
 _json_opt = typer.Option(False, "--json", help="Print JSON for machines instead of a rendering for people.")
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
 @contextmanager
@@ -39,15 +35,7 @@ def _errors() -> Iterator[None]:
         yield
     except (StoreError, ValueError, OSError) as err:
         text = describe_error(err) if not isinstance(err, OSError) else str(err)
-        raise _fail(text.splitlines()[0] if text else type(err).__name__) from None
-
-
-def _open(db: Path, *, create: bool = False) -> Any:
-    from agentrft.store import Store
-
-    if not create and not db.is_file():
-        raise _fail(f"no store at {db} (pass --db PATH)")
-    return Store(db)
+        raise fail(text.splitlines()[0] if text else type(err).__name__) from None
 
 
 def _filters(
@@ -110,7 +98,7 @@ def list_cmd(
     from rich.table import Table
 
     filters = _filters(run, task, group, policy_version, min_reward, max_reward, status)
-    with _errors(), _open(db) as store:
+    with _errors(), open_store(db) as store:
         total = store.count_trajectories(**filters)
         trajs = store.query_trajectories(**filters, limit=limit, offset=max(0, total - limit))
     rows = [_summary(t) for t in trajs]
@@ -140,7 +128,7 @@ def show_cmd(
     full: bool = typer.Option(False, "--full", help=f"Do not shorten texts longer than {_SHOW_LIMIT} characters."),
 ) -> None:
     """Show one trajectory turn by turn: messages, tool calls and results, final answer, grade."""
-    with _errors(), _open(db) as store:
+    with _errors(), open_store(db) as store:
         traj = store.get_trajectory(traj_id)
     if as_json:
         typer.echo(traj.to_json())
@@ -151,7 +139,7 @@ def show_cmd(
 def _check_suffix(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
-        raise _fail(f"{path}: the file name must end in .jsonl or .parquet", code=2)
+        raise fail(f"{path}: the file name must end in .jsonl or .parquet", code=2)
     return suffix[1:]
 
 
@@ -170,7 +158,7 @@ def export_cmd(
     """Export matching trajectories (full records) to JSONL or Parquet."""
     fmt = _check_suffix(out)
     filters = _filters(run, task, group, policy_version, min_reward, max_reward, status)
-    with _errors(), _open(db) as store:
+    with _errors(), open_store(db) as store:
         export: Callable[..., int] = store.export_jsonl if fmt == "jsonl" else store.export_parquet
         n = export(out, **filters)
     typer.echo(f"exported {n} trajectories to {out}")
@@ -188,11 +176,11 @@ def import_cmd(
     """Import trajectories (all or nothing unless --skip-bad)."""
     fmt = _check_suffix(src)
     if chat_logs and (fmt != "jsonl" or not run):
-        raise _fail("--chat-logs reads a .jsonl file and needs --run NAME", code=2)
+        raise fail("--chat-logs reads a .jsonl file and needs --run NAME", code=2)
     with _errors():
         if not src.is_file():
-            raise _fail(f"{src}: no such file")
-        with _open(db, create=True) as store:
+            raise fail(f"{src}: no such file")
+        with open_store(db, create=True) as store:
             if chat_logs:
                 report = store.import_chat_logs(src, run_id=run, skip_bad=skip_bad)
             elif fmt == "jsonl":

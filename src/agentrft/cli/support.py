@@ -1,7 +1,8 @@
-"""Shared plumbing of the eval-layer commands (`eval`, `check`, `report`, `export`).
+"""Shared plumbing of the commands: the default store, opening it, finding a run, one-line errors.
 
 Errors become one line on stderr (``error: ...``) and exit status 1; bad usage
-exits 2 (typer's own convention). Never a traceback for bad input.
+exits 2 (typer's own convention). Never a traceback for bad input. The store
+and eval imports are deferred so that `agentrft --help` stays fast.
 """
 
 from __future__ import annotations
@@ -9,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from agentrft.eval.harness import EvalResult
+    from agentrft.store import Store
+    from agentrft.types import Run
 
 DEFAULT_DB = Path("runs/agentrft.db")
 
@@ -33,7 +39,7 @@ def user_errors() -> Iterator[None]:
         raise fail(text[0] if text else type(err).__name__) from None
 
 
-def open_store(db: Path, *, create: bool = False) -> Any:
+def open_store(db: Path, *, create: bool = False) -> Store:
     from agentrft.store import Store
 
     if not create and not db.is_file():
@@ -41,7 +47,7 @@ def open_store(db: Path, *, create: bool = False) -> Any:
     return Store(db)
 
 
-def find_run(store: Any, ref: str) -> Any:
+def find_run(store: Store, ref: str) -> Run:
     """A run by id, else by its unique name (the latest of that name wins, as users re-run evals)."""
     if store.has_run(ref):
         return store.get_run(ref)
@@ -51,7 +57,7 @@ def find_run(store: Any, ref: str) -> Any:
     return named[-1]
 
 
-def eval_result_of(store: Any, run: Any) -> Any:
+def eval_result_of(store: Store, run: Run) -> EvalResult:
     """The run's stored EvalResult, or one summarised from its trajectories."""
     from agentrft.eval.harness import result_from_run, summarize
     from agentrft.types import Task
