@@ -318,10 +318,13 @@ class Trajectory(_Model):
         return cls.model_validate_json(text)
 
 
+RunKind = Literal["eval", "train", "serve", "import", "demo", "check", "other"]
+
+
 class Run(_Model):
     id: str = Field(default_factory=new_id)
     name: str = ""
-    kind: Literal["eval", "train", "serve", "import", "demo", "check", "other"] = "other"
+    kind: RunKind = "other"
     config: dict[str, Any] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -186,15 +186,15 @@ def _run_import(
     store: Store, path: Path, records: _Records, *, skip_bad: bool, run_id: str | None, unit: str = "line"
 ) -> ImportReport:
     report = ImportReport(path=str(path))
-    with store._write() as conn:
+    with store.transaction() as tx:
         if run_id is not None:
-            store._ensure_run(conn, run_id, "import")
+            tx.ensure_run(run_id, "import")
         for number, load in records:
             try:
                 traj = load()
                 if run_id is not None and traj.run_id != run_id:
                     traj = traj.model_copy(update={"run_id": run_id})
-                store._insert_one(conn, traj)
+                tx.add_trajectory(traj)
             except (ValueError, DuplicateIdError) as exc:
                 message = f"{path.name} {unit} {number}: {describe_error(exc)}"
                 if not skip_bad:

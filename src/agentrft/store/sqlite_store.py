@@ -25,7 +25,7 @@ from agentrft.store import io as _io
 from agentrft.store.errors import AmbiguousIdError, DuplicateIdError, NotFoundError, StoreError
 from agentrft.store.io import ImportReport
 from agentrft.store.schema import BUSY_TIMEOUT_MS, DDL, PRAGMAS, SCHEMA_VERSION
-from agentrft.types import Grade, Run, Trajectory
+from agentrft.types import Grade, Run, RunKind, Trajectory
 
 _TRAJ_COLUMNS = "id, run_id, task_id, group_id, policy_version, reward, success, status, created_at, data"
 _FETCH_CHUNK = 500  # ids per `WHERE id IN (...)`, well under SQLite's variable limit
@@ -46,6 +46,26 @@ def _traj_row(traj: Trajectory) -> tuple[Any, ...]:
         traj.created_at,
         traj.to_json(),
     )
+
+
+def _insert_run(conn: sqlite3.Connection, run: Run) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
+            (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
+        )
+    except sqlite3.IntegrityError:
+        raise DuplicateIdError(f"run {run.id} is already in the store") from None
+
+
+def _insert_trajectory_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    # A row at a time (not executemany) so a duplicate is named exactly. SQLite undoes only the
+    # failed statement, so the caller's transaction goes on (or rolls the batch back, its choice).
+    for row in rows:
+        try:
+            conn.execute(_INSERT_TRAJ, row)
+        except sqlite3.IntegrityError:
+            raise DuplicateIdError(f"trajectory {row[0]} is already in the store") from None
 
 
 def _metric_default(value: Any) -> Any:
@@ -71,6 +91,29 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+class Transaction:
+    """The writes of one `Store.transaction()` block: committed together when it exits, or not at all.
+
+    For batches that decide record by record (an import that skips bad lines): a write that fails
+    with `DuplicateIdError` changes nothing and leaves the transaction usable.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def ensure_run(self, run_id: str, kind: RunKind = "other") -> bool:
+        """Create the run `run_id` (named after its id) unless it exists; True when it was created."""
+        if self._conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None:
+            return False
+        _insert_run(self._conn, Run(id=run_id, name=run_id, kind=kind))
+        return True
+
+    def add_trajectory(self, traj: Trajectory) -> str:
+        """Insert one trajectory (visible to others once the block commits); `DuplicateIdError` if its id is stored."""
+        _insert_trajectory_rows(self._conn, [_traj_row(traj)])
+        return traj.id
 
 
 class Store:
@@ -146,6 +189,15 @@ class Store:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """One write transaction for many writes; an exception leaving the block rolls all of them back.
+
+        It holds the database's write lock until the block exits: keep the block short.
+        """
+        with self._write() as conn:
+            yield Transaction(conn)
+
     def close(self) -> None:
         """Close every connection this store opened (in any thread)."""
         self._closed = True
@@ -166,14 +218,8 @@ class Store:
     # ------------------------------------------------------------ runs
 
     def add_run(self, run: Run) -> str:
-        try:
-            with self._write() as conn:
-                conn.execute(
-                    "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
-                    (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
-                )
-        except sqlite3.IntegrityError:
-            raise DuplicateIdError(f"run {run.id} is already in the store") from None
+        with self._write() as conn:
+            _insert_run(conn, run)
         return run.id
 
     def get_run(self, run_id: str) -> Run:
@@ -189,15 +235,6 @@ class Store:
         rows = self._conn().execute("SELECT data FROM runs ORDER BY created_at, id").fetchall()
         return [Run.model_validate_json(r[0]) for r in rows]
 
-    def _ensure_run(self, conn: sqlite3.Connection, run_id: str, kind: str) -> None:
-        """Create a run named after `run_id` unless it exists (inside the caller's transaction)."""
-        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-            run = Run(id=run_id, name=run_id, kind=kind)  # type: ignore[arg-type]
-            conn.execute(
-                "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
-                (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
-            )
-
     # ------------------------------------------------------------ trajectories
 
     def add_trajectory(self, traj: Trajectory) -> str:
@@ -208,22 +245,8 @@ class Store:
         """Insert many trajectories in one transaction: all or none."""
         rows = [_traj_row(t) for t in trajs]
         with self._write() as conn:
-            self._insert_rows(conn, rows)
+            _insert_trajectory_rows(conn, rows)  # a duplicate rolls the whole batch back
         return [r[0] for r in rows]
-
-    @staticmethod
-    def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-        # A row at a time (not executemany) so a duplicate is named exactly; the caller's
-        # transaction rolls the whole batch back.
-        for row in rows:
-            try:
-                conn.execute(_INSERT_TRAJ, row)
-            except sqlite3.IntegrityError:
-                raise DuplicateIdError(f"trajectory {row[0]} is already in the store") from None
-
-    def _insert_one(self, conn: sqlite3.Connection, traj: Trajectory) -> None:
-        """Insert inside the caller's transaction (used by imports, which report per line)."""
-        self._insert_rows(conn, [_traj_row(traj)])
 
     def get_trajectory(self, traj_id: str) -> Trajectory:
         """The trajectory with this id, or with the unique id that starts with `traj_id`."""
