@@ -68,6 +68,16 @@ def test_evaluate_table_output(tmp_path: Path) -> None:
     assert "program accuracy    0.5000" in result.stdout
 
 
+def test_gold_without_filename_is_evaluated(tmp_path: Path) -> None:
+    """The official script never reads `filename`; a gold file without it must not be refused."""
+    pred, _ = _files(tmp_path)
+    gold = tmp_path / "gold_no_filename.json"
+    gold.write_text(json.dumps([{k: v for k, v in r.items() if k != "filename"} for r in GOLD]), encoding="utf-8")
+    result = CliRunner().invoke(_app(), ["finqa", "evaluate", pred, str(gold), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"execution_accuracy": 1.0, "program_accuracy": 0.5, "n": 2}
+
+
 def test_bad_file_is_one_line_error_and_nonzero_exit(tmp_path: Path) -> None:
     _, gold = _files(tmp_path)
     bad = tmp_path / "bad.json"

@@ -116,6 +116,15 @@ def test_load_finqa_json_round_trips_and_keeps_extras(tmp_path: Path) -> None:
     assert first.model_dump()["qa"]["steps"] == []
 
 
+def test_filename_is_optional_and_read_when_present(tmp_path: Path) -> None:
+    gold = json.loads(json.dumps(GOLD))
+    del gold[0]["filename"]  # record "a": the official evaluation script never reads it
+    records = load_finqa_json(write(tmp_path / "gold.json", gold))
+    assert records[0].filename is None and records[1].filename == "ABC/2019/page_1.pdf"
+    result = evaluate_predictions(write(tmp_path / "pred.json", PREDICTIONS), tmp_path / "gold.json")
+    assert result == {"execution_accuracy": 4 / 6, "program_accuracy": 3 / 6, "n": 6}
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

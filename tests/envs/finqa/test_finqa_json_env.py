@@ -36,3 +36,19 @@ def test_finqa_json_env(tmp_path: Path) -> None:
     found, opened, mx = asyncio.run(go())
     assert "doc_id=ADI/2009/page_49.pdf" in found.content and opened.ok and mx.content == "5829"
     assert env.ref().tool_schema_hash == FinqaLiteEnv(levels=3).ref().tool_schema_hash
+
+
+def test_record_without_filename_is_named_by_its_id(tmp_path: Path) -> None:
+    record = {
+        "id": "ADI/2009/page_49.pdf-3",
+        "pre_text": [], "post_text": [], "table": [["", "2009"], ["net revenue", "$ 5829"]],
+        "qa": {"question": "what was net revenue in 2009?", "program": "add(5829, const_0)", "exe_ans": 5829.0},
+    }
+    p = tmp_path / "dev.json"
+    p.write_text(json.dumps([record]))
+    env = FinqaJsonEnv(p)
+    (task,) = env.tasks()
+    assert task.data["doc_ids"] == ["ADI/2009/page_49.pdf-3"]
+    assert (task.data["company"], task.data["year"]) == ("ADI", 2009)  # FinQA ids start with the filename
+    opened = asyncio.run(env.start(task).call_tool("open", {"doc_id": "ADI/2009/page_49.pdf-3"}))
+    assert opened.ok and "net revenue | $ 5829" in opened.content

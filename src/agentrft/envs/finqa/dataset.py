@@ -4,6 +4,8 @@ A file is one JSON list of records. The fields this project reads are typed; eve
 the release carries (``table_ori``, ``qa.steps``, ``qa.program_re``, retriever outputs, …) is kept
 as an extra so that nothing is lost on a round trip. ``qa.program`` and ``qa.exe_ans`` are
 optional because the private test split ships without them; the evaluator insists on them.
+``filename`` is optional because the official evaluation script never reads it (gold files cut
+down to what it needs still evaluate); the environment uses it, when present, as the page's doc_id.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class FinqaRecord(BaseModel):
     pre_text: list[str]
     post_text: list[str]
     table: list[list[str]]  # row 0 is the header, column 0 the row names
-    filename: str
+    filename: str | None = None  # e.g. "ADI/2009/page_49.pdf"; the page's doc_id in FinqaJsonEnv
     qa: FinqaQA
 
 

@@ -25,12 +25,17 @@ _FILENAME = re.compile(r"^([^/]+)/(\d{4})/")
 
 
 def record_document(record: FinqaRecord) -> Document:
-    """A FinQA record's page as a searchable Document (company = ticker, year from the filename)."""
-    m = _FILENAME.match(record.filename)
-    company, year = (m.group(1), int(m.group(2))) if m else (record.filename, None)
+    """A FinQA record's page as a searchable Document (company = ticker, year from the filename).
+
+    Without a filename the record id names the page; FinQA ids start with the filename
+    (``ADI/2009/page_49.pdf-1``), so company and year are usually still found.
+    """
+    source = record.filename or record.id
+    m = _FILENAME.match(source)
+    company, year = (m.group(1), int(m.group(2))) if m else (source, None)
     return Document(
-        doc_id=record.filename,
-        title=f"{company} annual report {year or ''} {record.filename}".strip(),
+        doc_id=source,
+        title=f"{company} annual report {year or ''} {source}".strip(),
         company=company,
         year=year,
         pre_text=tuple(record.pre_text),
