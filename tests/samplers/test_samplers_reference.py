@@ -50,7 +50,9 @@ def test_engine_equals_reference_on_random_concurrent_batches(pair, seed: int) -
         want = asyncio.run(ref.sample(r))
         assert g.token_ids == want.token_ids, (r.params, g.token_ids, want.token_ids, g.logprobs, want.logprobs)
         assert (g.finish_reason, g.text) == (want.finish_reason, want.text)
-        assert max((abs(a - b) for a, b in zip(g.logprobs, want.logprobs, strict=True)), default=0.0) < 1e-4
+        # fp32 noise of batched vs solo forwards (arrival timing changes the batch shapes), scaled by 1/T:
+        # up to ~1.5e-4 seen; a wrong temperature or truncation is off by 0.1 or more
+        assert max((abs(a - b) for a, b in zip(g.logprobs, want.logprobs, strict=True)), default=0.0) < 1e-3
 
 
 def test_reference_is_selectable_and_trainable(pair) -> None:  # noqa: ANN001
