@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from agentrft.cli.support import DEFAULT_DB, eval_result_of, fail, find_run, open_store, user_errors
+from agentrft.eval.harness import LOCAL_COMPUTE_USD_PER_HOUR
 
 
 def _print_result(res: Any) -> None:
@@ -30,7 +31,9 @@ def _print_result(res: Any) -> None:
             ("tokens / success", "–" if res.cost.tokens_per_success is None else f"{res.cost.tokens_per_success:,.0f}"),
             ("seconds / success", "–" if res.cost.seconds_per_success is None else f"{res.cost.seconds_per_success:.2f}")]
     if res.cost.usd_per_success is not None:
-        rows.append(("USD / success", f"{res.cost.usd_per_success:.6f}"))
+        rate = res.cost.compute_per_hour
+        basis = f" (compute ${rate:g}/h × {res.cost.wall_seconds:.0f} s)" if rate else ""
+        rows.append((f"USD / success{basis}", f"{res.cost.usd_per_success:.6f}"))
     rows += [(f"failures: {k}", str(v)) for k, v in res.failures.items() if v]
     rows += [(f"level {k}", f"{b.success_rate:.1%} of {b.n_samples}") for k, b in res.per_level.items()]
     if res.n_ungraded:
@@ -77,6 +80,9 @@ def eval_command(
     prompt_price: float | None = typer.Option(None, "--price-prompt", min=0.0, help="USD per million prompt tokens."),
     completion_price: float | None = typer.Option(None, "--price-completion", min=0.0,
                                                   help="USD per million completion tokens."),
+    compute_price: float | None = typer.Option(None, "--compute-usd-per-hour", min=0.0, help=(
+        "USD per hour of the run's wall time (default for in-process policies: "
+        f"{LOCAL_COMPUTE_USD_PER_HOUR:g}, about a 2-vCPU cloud VM; 0 to leave compute unpriced).")),
     compare: tuple[str, str] | None = typer.Option(None, "--compare", help="Compare two eval runs: RUN_A RUN_B "
                                                    "(ids or names); prints B - A with a paired test."),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
@@ -99,8 +105,10 @@ def eval_command(
         environment = make_env(env)
         sampler = load_policy(policy)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
-        prices = None if prompt_price is None else Prices(prompt_per_mtok=prompt_price,
-                                                          completion_per_mtok=completion_price or 0.0)
+        prices = None
+        if prompt_price is not None or compute_price is not None:
+            prices = Prices(prompt_per_mtok=prompt_price or 0.0, completion_per_mtok=completion_price or 0.0,
+                            compute_per_hour=compute_price or 0.0)
         store = open_store(db, create=True)
         try:
             res = evaluate(environment, sampler, split=split, samples=samples, tasks=tasks, store=store,
