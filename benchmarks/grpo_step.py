@@ -55,15 +55,27 @@ def main() -> None:
 
     peak = bf16_matmul_gflops()
     print(f"measured bf16 matmul: {peak:.1f} GFLOP/s", flush=True)
-    cfg = build_config({
-        "steps": args.steps, "seed": 0,
-        "policy": {"name": args.policy, "finetune": args.finetune,
-                   "gradient_checkpointing": args.gradient_checkpointing},
-        "optimizer": {"micro_batch_tokens": args.micro_batch_tokens, "shared_prefix": not args.no_shared_prefix},
-        "rollout": {"env": args.env, "tasks_per_step": args.tasks, "group_size": args.group,
-                    "max_tokens": args.max_tokens},
-        "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False},
-    })
+    cfg = build_config(
+        {
+            "steps": args.steps,
+            "seed": 0,
+            "policy": {
+                "name": args.policy,
+                "finetune": args.finetune,
+                "gradient_checkpointing": args.gradient_checkpointing,
+            },
+            "optimizer": {"micro_batch_tokens": args.micro_batch_tokens, "shared_prefix": not args.no_shared_prefix},
+            "rollout": {
+                "env": args.env,
+                "tasks_per_step": args.tasks,
+                "group_size": args.group,
+                "max_tokens": args.max_tokens,
+            },
+            "eval": {"every_steps": 0},
+            "checkpoint": {"every_steps": 0},
+            "logging": {"tensorboard": False},
+        }
+    )
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     t0 = time.perf_counter()
     result = train(cfg, run_dir)
@@ -75,19 +87,29 @@ def main() -> None:
     upd = m["time/training_s"]
     achieved = 6 * n_params * m["train_forward_tokens"] / upd / 1e9
     figures = {
-        "policy": args.policy, "finetune": args.finetune, "env": args.env,
-        "prompts_x_samples": f"{args.tasks}x{args.group}", "torch_threads": torch.get_num_threads(),
-        "step_s": m["time/step_s"], "sampling_s": m["time/sampling_s"], "grading_s": m["time/grading_s"],
-        "update_s": upd, "sampled_tokens": m["train_sampled_tokens"],
+        "policy": args.policy,
+        "finetune": args.finetune,
+        "env": args.env,
+        "prompts_x_samples": f"{args.tasks}x{args.group}",
+        "torch_threads": torch.get_num_threads(),
+        "step_s": m["time/step_s"],
+        "sampling_s": m["time/sampling_s"],
+        "grading_s": m["time/grading_s"],
+        "update_s": upd,
+        "sampled_tokens": m["train_sampled_tokens"],
         "sampling_tokens_per_s": m["sampling_tokens_per_s"],
-        "update_forward_tokens": m["train_forward_tokens"], "update_padded_tokens": m["train_padded_tokens"],
+        "update_forward_tokens": m["train_forward_tokens"],
+        "update_padded_tokens": m["train_padded_tokens"],
         # tokens of the sequences themselves; more than forward tokens when shared prefixes run once
         "update_sequence_tokens": m.get("train_sequence_tokens", m["train_forward_tokens"]),
         "update_tokens_per_s": m["train_forward_tokens"] / upd,
         "train_reward_mean": m["train_reward_mean"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "bf16_matmul_gflops": peak, "update_gflops_6N": achieved, "fraction_of_bf16_peak": achieved / peak,
-        "total_wall_s": wall, "run_dir": str(run_dir),
+        "bf16_matmul_gflops": peak,
+        "update_gflops_6N": achieved,
+        "fraction_of_bf16_peak": achieved / peak,
+        "total_wall_s": wall,
+        "run_dir": str(run_dir),
     }
     for k, v in figures.items():
         print(f"{k:<24} {v:.3f}" if isinstance(v, float) else f"{k:<24} {v}")

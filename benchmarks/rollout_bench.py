@@ -71,23 +71,35 @@ class SlowToolsEnv(Environment):
         return _SlowEpisode(self.inner.start(task), self.max_latency_s, self.rng)
 
 
-def bench_generate(sampler: Any, env: Environment, tasks: list[Task], samples: int, max_new: int,
-                   tool_format: str, temperature: float) -> dict[str, Any]:
+def bench_generate(
+    sampler: Any, env: Environment, tasks: list[Task], samples: int, max_new: int, tool_format: str, temperature: float
+) -> dict[str, Any]:
     import torch
 
     model, tok = sampler.model, sampler.tokenizer
     fmt = make_format(tool_format, env.tool_schemas())
-    prompts = [sampler.render([to_render(m, fmt) for m in prompt_messages(env, t, fmt)], None, True)
-               for t in tasks for _ in range(samples)]
+    prompts = [
+        sampler.render([to_render(m, fmt) for m in prompt_messages(env, t, fmt)], None, True)
+        for t in tasks
+        for _ in range(samples)
+    ]
     width = max(len(p) for p in prompts)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=sampler.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=sampler.device)
     with torch.inference_mode():
         t0 = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=temperature > 0,
-                             temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
-                             pad_token_id=pad, eos_token_id=tok.eos_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            do_sample=temperature > 0,
+            temperature=temperature if temperature > 0 else None,
+            top_p=1.0,
+            top_k=0,
+            pad_token_id=pad,
+            eos_token_id=tok.eos_token_id,
+        )
         seconds = time.perf_counter() - t0
     generated = 0
     for row in out[:, width:].tolist():
@@ -95,14 +107,28 @@ def bench_generate(sampler: Any, env: Environment, tasks: list[Task], samples: i
         if tok.eos_token_id in row:
             n = row.index(tok.eos_token_id) + 1
         generated += n
-    return {"mode": "generate", "batch": len(prompts), "tokens": generated, "seconds": round(seconds, 3),
-            "tokens_per_s": round(generated / seconds, 1), "prompt_len_max": width}
+    return {
+        "mode": "generate",
+        "batch": len(prompts),
+        "tokens": generated,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(generated / seconds, 1),
+        "prompt_len_max": width,
+    }
 
 
-def bench_runner(label: str, env: Environment, sampler: Any, tasks: list[Task], samples: int,
-                 params: SamplingParams, tool_format: str) -> dict[str, Any]:
-    runner = Runner(env, sampler, tool_format=tool_format, params=params, progress=False,
-                    max_concurrency=len(tasks) * samples)
+def bench_runner(
+    label: str,
+    env: Environment,
+    sampler: Any,
+    tasks: list[Task],
+    samples: int,
+    params: SamplingParams,
+    tool_format: str,
+) -> dict[str, Any]:
+    runner = Runner(
+        env, sampler, tool_format=tool_format, params=params, progress=False, max_concurrency=len(tasks) * samples
+    )
     t0 = time.perf_counter()
     trajs = runner.run_sync(tasks, samples, run_id=label)
     seconds = time.perf_counter() - t0
@@ -111,9 +137,16 @@ def bench_runner(label: str, env: Environment, sampler: Any, tasks: list[Task], 
     statuses: dict[str, int] = {}
     for t in trajs:
         statuses[t.status] = statuses.get(t.status, 0) + 1
-    return {"mode": label, "episodes": len(trajs), "tokens": tokens, "seconds": round(seconds, 3),
-            "tokens_per_s": round(tokens / seconds, 1), "model_calls": model_calls,
-            "tool_calls": sum(len(t.tool_calls) for t in trajs), "statuses": statuses}
+    return {
+        "mode": label,
+        "episodes": len(trajs),
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "model_calls": model_calls,
+        "tool_calls": sum(len(t.tool_calls) for t in trajs),
+        "statuses": statuses,
+    }
 
 
 def main() -> None:
@@ -136,7 +169,7 @@ def main() -> None:
     sampler = load_policy(args.policy, max_batch_size=args.tasks * args.samples, device=args.device)
     env = make_env(args.env)
     env.limits = env.limits.model_copy(update={"max_turns": args.max_turns, "max_tokens_per_turn": args.max_tokens})
-    tasks = env.tasks("train")[:args.tasks]
+    tasks = env.tasks("train")[: args.tasks]
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
 
     # Warm-up: first-call costs (weights to cache, kernels) stay out of the figures.
@@ -145,13 +178,21 @@ def main() -> None:
     print(json.dumps(gen))
     run = bench_runner("runner", env, sampler, tasks, args.samples, params, args.tool_format)
     print(json.dumps(run))
-    slow = bench_runner("runner+latency", SlowToolsEnv(env, args.latency), sampler, tasks, args.samples, params,
-                        args.tool_format)
+    slow = bench_runner(
+        "runner+latency", SlowToolsEnv(env, args.latency), sampler, tasks, args.samples, params, args.tool_format
+    )
     print(json.dumps(slow))
-    print(json.dumps({"policy": args.policy, "device": args.device,
-                      "runner_vs_generate": round(run["tokens_per_s"] / gen["tokens_per_s"], 3),
-                      "latency_vs_runner": round(slow["tokens_per_s"] / run["tokens_per_s"], 3),
-                      "goals": {"runner_vs_generate": 0.9, "latency_vs_runner": 0.8}}))
+    print(
+        json.dumps(
+            {
+                "policy": args.policy,
+                "device": args.device,
+                "runner_vs_generate": round(run["tokens_per_s"] / gen["tokens_per_s"], 3),
+                "latency_vs_runner": round(slow["tokens_per_s"] / run["tokens_per_s"], 3),
+                "goals": {"runner_vs_generate": 0.9, "latency_vs_runner": 0.8},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

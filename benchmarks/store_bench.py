@@ -20,8 +20,17 @@ from pathlib import Path
 
 from agentrft.store import Store
 from agentrft.types import (
-    EnvRef, FinalAnswerEvent, Grade, Message, ModelCallEvent, TokenRecord, ToolCall, ToolCallEvent,
-    ToolCallFunction, Trajectory, new_id,
+    EnvRef,
+    FinalAnswerEvent,
+    Grade,
+    Message,
+    ModelCallEvent,
+    TokenRecord,
+    ToolCall,
+    ToolCallEvent,
+    ToolCallFunction,
+    Trajectory,
+    new_id,
 )  # fmt: skip
 
 RUNS = 10
@@ -46,9 +55,16 @@ def template(rng: random.Random, tokens_per_turn: int = 100) -> Trajectory:
     events: list = []
     for k, (name, args, result) in enumerate(calls):
         call_id = f"call_{k}"
-        messages.append(Message(role="assistant", tool_calls=[ToolCall(id=call_id, function=ToolCallFunction(name=name, arguments=str(args)))]))
+        messages.append(
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id=call_id, function=ToolCallFunction(name=name, arguments=str(args)))],
+            )
+        )
         messages.append(Message(role="tool", tool_call_id=call_id, content=result))
-        events.append(ModelCallEvent(turn=k, latency_s=0.3, prompt_tokens=400, completion_tokens=50, finish_reason="tool_calls"))
+        events.append(
+            ModelCallEvent(turn=k, latency_s=0.3, prompt_tokens=400, completion_tokens=50, finish_reason="tool_calls")
+        )
         events.append(ToolCallEvent(turn=k, call_id=call_id, name=name, arguments=args, result=result, latency_s=0.002))
     messages.append(Message(role="assistant", content="Net revenue grew by 7.69% in 2019."))
     events.append(FinalAnswerEvent(turn=2, text="Net revenue grew by 7.69% in 2019."))
@@ -63,9 +79,14 @@ def make(i: int, templates: list[Trajectory], rng: random.Random) -> Trajectory:
     grade = Grade(reward=reward, sub_rewards={"answer": reward, "format": 1.0}, success=reward > 0.5, grader="multi")
     return templates[i % len(templates)].model_copy(
         update=dict(
-            id=new_id(), run_id=f"run-{i % RUNS}", task_id=f"task-{(i // GROUP_SIZE) % TASKS}",
-            group_id=f"group-{i // GROUP_SIZE}", policy_version=i // 10_000, grade=grade, created_at=time.time(),
-        )  # fmt: skip
+            id=new_id(),
+            run_id=f"run-{i % RUNS}",
+            task_id=f"task-{(i // GROUP_SIZE) % TASKS}",
+            group_id=f"group-{i // GROUP_SIZE}",
+            policy_version=i // 10_000,
+            grade=grade,
+            created_at=time.time(),
+        )
     )
 
 
@@ -92,7 +113,9 @@ def main() -> None:
     rng = random.Random(0)
     templates = [template(rng) for _ in range(16)]
     sample = make(0, templates, rng)
-    print(f"trajectory: {len(sample.tokens.ids)} tokens, {sample.num_turns} turns, {len(sample.to_json()) / 1024:.1f} KiB JSON")
+    print(
+        f"trajectory: {len(sample.tokens.ids)} tokens, {sample.num_turns} turns, {len(sample.to_json()) / 1024:.1f} KiB JSON"
+    )
 
     store = Store(db)
     all_ids: list[str] = []
@@ -103,7 +126,9 @@ def main() -> None:
     for t in trajs:
         all_ids.append(store.add_trajectory(t))
     elapsed = time.perf_counter() - start
-    print(f"insert, one commit each : {args.single / elapsed:9.0f} traj/s  ({elapsed * 1e3 / args.single:.2f} ms per commit)")
+    print(
+        f"insert, one commit each : {args.single / elapsed:9.0f} traj/s  ({elapsed * 1e3 / args.single:.2f} ms per commit)"
+    )
 
     # --- batches of 500 in one transaction
     batch = 500
@@ -131,9 +156,15 @@ def main() -> None:
         ("get by id", lambda: store.get_trajectory(pick.choice(all_ids))),
         ("get by 16-char id prefix", lambda: store.get_trajectory(pick.choice(all_ids)[:16])),
         ("by task (100 rows)", lambda: store.query_trajectories(task_id=f"task-{pick.randrange(TASKS)}")),
-        ("by group (4 rows)", lambda: store.query_trajectories(group_id=f"group-{pick.randrange(args.n // GROUP_SIZE)}")),
+        (
+            "by group (4 rows)",
+            lambda: store.query_trajectories(group_id=f"group-{pick.randrange(args.n // GROUP_SIZE)}"),
+        ),
         ("by run, limit 100", lambda: store.query_trajectories(run_id="run-3", limit=100)),
-        ("by run, last 100 (offset)", lambda: store.query_trajectories(run_id="run-3", limit=100, offset=args.n // RUNS - 100)),
+        (
+            "by run, last 100 (offset)",
+            lambda: store.query_trajectories(run_id="run-3", limit=100, offset=args.n // RUNS - 100),
+        ),
         ("count by run", lambda: store.count_trajectories(run_id="run-3")),
         ("by run, all rows", lambda: store.query_trajectories(run_id="run-3")),
         ("reward > 0.99 (~1%)", lambda: store.query_trajectories(min_reward=0.99)),

@@ -87,8 +87,14 @@ def build_prompts() -> list[dict[str, Any]]:
     for t in env.tasks("train")[:N_TASKS]:
         msgs = [to_render(m, fmt) for m in prompt_messages(env, t, fmt)]
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        out.append({"prompt": text, "answer": float(t.data["answer"]), "task_id": t.id,
-                    "prompt_tokens": len(tok(text)["input_ids"])})
+        out.append(
+            {
+                "prompt": text,
+                "answer": float(t.data["answer"]),
+                "task_id": t.id,
+                "prompt_tokens": len(tok(text)["input_ids"]),
+            }
+        )
     return out
 
 
@@ -107,8 +113,9 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         def tasks(self, split: str = "train") -> list[Any]:
             return super().tasks(split)[:N_TASKS]
 
-    env = BenchEnv(levels=1, limits=EnvLimits(max_turns=1, max_tokens_per_turn=MAX_NEW, max_total_tokens=4096,
-                                               max_tool_calls=1))
+    env = BenchEnv(
+        levels=1, limits=EnvLimits(max_turns=1, max_tokens_per_turn=MAX_NEW, max_total_tokens=4096, max_tool_calls=1)
+    )
     sampler = load_policy("smollm2-135m", seed=0)
 
     class Reward:
@@ -119,22 +126,45 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             text = sampler.decode([i for i, m in zip(tok.ids, tok.loss_mask, strict=True) if m])
             return Grade(reward=calculator_reward(text, float(item["answer"])), grader=self.name)
 
-    cfg = build_config({
-        "steps": args.steps, "seed": 0,
-        "policy": {"name": "smollm2-135m", "finetune": args.finetune, "lora_r": 16, "lora_alpha": 32,
-                   "gradient_checkpointing": True, "precision": "auto"},
-        "rollout": {"env": "finqa-lite:1", "tasks_per_step": N_TASKS, "group_size": GROUP, "max_tokens": MAX_NEW,
-                    "temperature": 1.0},
-        "algorithm": {"kl_coef": 0.0},
-        "optimizer": {"lr": LR, "shared_prefix": not args.no_shared_prefix},
-        "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False},
-    })
+    cfg = build_config(
+        {
+            "steps": args.steps,
+            "seed": 0,
+            "policy": {
+                "name": "smollm2-135m",
+                "finetune": args.finetune,
+                "lora_r": 16,
+                "lora_alpha": 32,
+                "gradient_checkpointing": True,
+                "precision": "auto",
+            },
+            "rollout": {
+                "env": "finqa-lite:1",
+                "tasks_per_step": N_TASKS,
+                "group_size": GROUP,
+                "max_tokens": MAX_NEW,
+                "temperature": 1.0,
+            },
+            "algorithm": {"kl_coef": 0.0},
+            "optimizer": {"lr": LR, "shared_prefix": not args.no_shared_prefix},
+            "eval": {"every_steps": 0},
+            "checkpoint": {"every_steps": 0},
+            "logging": {"tensorboard": False},
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="vs-trl-ours-") as run_dir:  # its checkpoints take ~2 GB
         result = train(cfg, Path(run_dir), components=Components(env, sampler, Reward()))
-    steps = [{"step_s": h["time/step_s"], "sampling_s": h["time/sampling_s"] + h["time/grading_s"],
-              "update_s": h["time/training_s"], "reward": h["train_reward_mean"],
-              "forward_tokens": h["train_forward_tokens"], "sequence_tokens": h.get("train_sequence_tokens", 0.0)}
-             for h in result.history]
+    steps = [
+        {
+            "step_s": h["time/step_s"],
+            "sampling_s": h["time/sampling_s"] + h["time/grading_s"],
+            "update_s": h["time/training_s"],
+            "reward": h["train_reward_mean"],
+            "forward_tokens": h["train_forward_tokens"],
+            "sequence_tokens": h.get("train_sequence_tokens", 0.0),
+        }
+        for h in result.history
+    ]
     return {"steps": steps}
 
 
@@ -158,11 +188,13 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
             timing["generation_s"] += time.perf_counter() - t0
             return out
 
-        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
             t0 = time.perf_counter()
-            out = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                       num_items_in_batch=num_items_in_batch)
+            out = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
             timing["forward_s"] += time.perf_counter() - t0
             return out
 
@@ -175,28 +207,56 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
             total = time.perf_counter() - self.t0
-            steps.append({"step_s": total, "sampling_s": timing["generation_s"],
-                          "forward_s": timing["forward_s"],
-                          "backward_s": total - timing["generation_s"] - timing["forward_s"]})
+            steps.append(
+                {
+                    "step_s": total,
+                    "sampling_s": timing["generation_s"],
+                    "forward_s": timing["forward_s"],
+                    "backward_s": total - timing["generation_s"] - timing["forward_s"],
+                }
+            )
 
     def reward(prompts: list[Any], completions: list[str], answer: list[float], **_: Any) -> list[float]:
         return [calculator_reward(c, a) for c, a in zip(completions, answer, strict=True)]
 
     bf16 = bool(args.bf16)
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="vs-trl-trl-"), max_steps=args.steps, learning_rate=LR,
-        per_device_train_batch_size=N_TASKS * GROUP, gradient_accumulation_steps=1, num_generations=GROUP,
-        max_completion_length=MAX_NEW, temperature=1.0, beta=0.0, num_iterations=1, logging_steps=1,
-        gradient_checkpointing=True, bf16=bf16, use_cpu=True, report_to="none", save_strategy="no",
-        seed=0, dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
+        output_dir=tempfile.mkdtemp(prefix="vs-trl-trl-"),
+        max_steps=args.steps,
+        learning_rate=LR,
+        per_device_train_batch_size=N_TASKS * GROUP,
+        gradient_accumulation_steps=1,
+        num_generations=GROUP,
+        max_completion_length=MAX_NEW,
+        temperature=1.0,
+        beta=0.0,
+        num_iterations=1,
+        logging_steps=1,
+        gradient_checkpointing=True,
+        bf16=bf16,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
     )
-    peft_config = (LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
-                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                              "down_proj"])
-                   if args.finetune == "lora" else None)
+    peft_config = (
+        LoraConfig(
+            r=16,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        )
+        if args.finetune == "lora"
+        else None
+    )
     data = Dataset.from_list([{"prompt": p["prompt"], "answer": p["answer"]} for p in prompts])
-    trainer = TimedGRPO(model=args.model_dir, reward_funcs=reward, args=config, train_dataset=data,
-                        peft_config=peft_config)
+    trainer = TimedGRPO(
+        model=args.model_dir, reward_funcs=reward, args=config, train_dataset=data, peft_config=peft_config
+    )
     trainer.add_callback(StepTimer())
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
@@ -208,8 +268,19 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------ orchestration
 def _child(role: str, python: str, args: argparse.Namespace, finetune: str, extra: list[str]) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix=f"vs-trl-{role}-", suffix=".json")[1])
-    cmd = [python, str(Path(__file__).resolve()), "--role", role, "--finetune-one", finetune,
-           "--steps", str(args.steps), "--out", str(out), *extra]
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--role",
+        role,
+        "--finetune-one",
+        finetune,
+        "--steps",
+        str(args.steps),
+        "--out",
+        str(out),
+        *extra,
+    ]
     print(f"[{role} {finetune}] {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -258,16 +329,27 @@ def main() -> None:
     pfile = Path(tempfile.mkstemp(prefix="vs-trl-prompts-", suffix=".json")[1])
     pfile.write_text(json.dumps(prompts))
     bf16 = int(bf16_supported())
-    print(f"prompts: {N_TASKS} x {GROUP} samples, prompt tokens {[p['prompt_tokens'] for p in prompts]}, "
-          f"<= {MAX_NEW} new tokens, bf16={bool(bf16)}, steps={args.steps}", flush=True)
+    print(
+        f"prompts: {N_TASKS} x {GROUP} samples, prompt tokens {[p['prompt_tokens'] for p in prompts]}, "
+        f"<= {MAX_NEW} new tokens, bf16={bool(bf16)}, steps={args.steps}",
+        flush=True,
+    )
     trl_ok = Path(args.trl_python).exists()
     table = []
     runs: dict[str, Any] = {}
     for ft in args.finetune:
         ours = _child("ours", sys.executable, args, ft, ["--no-shared-prefix"] if args.no_shared_prefix else [])
-        trl = (_child("trl", args.trl_python, args, ft, ["--prompts", str(pfile), "--model-dir", str(model_dir),
-                                                         "--bf16", str(bf16)])
-               if trl_ok else {"error": f"no TRL interpreter at {args.trl_python}: bash benchmarks/setup_trl.sh"})
+        trl = (
+            _child(
+                "trl",
+                args.trl_python,
+                args,
+                ft,
+                ["--prompts", str(pfile), "--model-dir", str(model_dir), "--bf16", str(bf16)],
+            )
+            if trl_ok
+            else {"error": f"no TRL interpreter at {args.trl_python}: bash benchmarks/setup_trl.sh"}
+        )
         runs[f"agentrft {ft}"], runs[f"TRL {ft}"] = ours, trl
         for name, res in (("agentrft", ours), ("TRL", trl)):
             print(f"\n== {name} / {ft}")
@@ -279,14 +361,23 @@ def main() -> None:
             print("  median: " + "  ".join(f"{k}={v:.2f}" for k, v in _summary(res).items()))
         if "error" not in ours and "error" not in trl:
             so, st = _summary(ours), _summary(trl)
-            row = {"finetune": ft, "ours_step_s": so["step_s"], "trl_step_s": st["step_s"],
-                   "step_ratio": so["step_s"] / st["step_s"], "ours_rss_mib": so["peak_rss_mib"],
-                   "trl_rss_mib": st["peak_rss_mib"], "rss_ratio": so["peak_rss_mib"] / st["peak_rss_mib"],
-                   "ours_reward": [round(s["reward"], 3) for s in ours["steps"]],
-                   "trl_reward": [round(s.get("reward", float("nan")), 3) for s in trl["steps"]]}
+            row = {
+                "finetune": ft,
+                "ours_step_s": so["step_s"],
+                "trl_step_s": st["step_s"],
+                "step_ratio": so["step_s"] / st["step_s"],
+                "ours_rss_mib": so["peak_rss_mib"],
+                "trl_rss_mib": st["peak_rss_mib"],
+                "rss_ratio": so["peak_rss_mib"] / st["peak_rss_mib"],
+                "ours_reward": [round(s["reward"], 3) for s in ours["steps"]],
+                "trl_reward": [round(s.get("reward", float("nan")), 3) for s in trl["steps"]],
+            }
             table.append(row)
-    curves = {f"{name} {r['finetune']}": r[key] for r in table for name, key in (("agentrft", "ours_reward"),
-                                                                                  ("TRL", "trl_reward"))}
+    curves = {
+        f"{name} {r['finetune']}": r[key]
+        for r in table
+        for name, key in (("agentrft", "ours_reward"), ("TRL", "trl_reward"))
+    }
     if curves:
         print("\nreward mean per step (same 4 prompts x 8 samples each step)")
         print("| step | " + " | ".join(curves) + " |")
@@ -295,13 +386,17 @@ def main() -> None:
             print(f"| {i + 1} | " + " | ".join(f"{c[i]:.3f}" if i < len(c) else "-" for c in curves.values()) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "runs": runs}, indent=1))
-    print("\n| finetune | agentrft s/step | TRL s/step | ratio | agentrft peak RSS MiB | TRL peak RSS MiB | ratio |"
-          " agentrft reward/step | TRL reward/step |")
+    print(
+        "\n| finetune | agentrft s/step | TRL s/step | ratio | agentrft peak RSS MiB | TRL peak RSS MiB | ratio |"
+        " agentrft reward/step | TRL reward/step |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in table:
-        print(f"| {r['finetune']} | {r['ours_step_s']:.1f} | {r['trl_step_s']:.1f} | {r['step_ratio']:.2f} | "
-              f"{r['ours_rss_mib']:.0f} | {r['trl_rss_mib']:.0f} | {r['rss_ratio']:.2f} | {r['ours_reward']} | "
-              f"{r['trl_reward']} |")
+        print(
+            f"| {r['finetune']} | {r['ours_step_s']:.1f} | {r['trl_step_s']:.1f} | {r['step_ratio']:.2f} | "
+            f"{r['ours_rss_mib']:.0f} | {r['trl_rss_mib']:.0f} | {r['rss_ratio']:.2f} | {r['ours_reward']} | "
+            f"{r['trl_reward']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ class Syntax:
     def __post_init__(self) -> None:
         # With thousands commas, `min(1,2)` would read as min(12): the two cannot share a comma.
         if self.money and self.functions:
-            raise ValueError("Syntax: money (thousands commas) and functions (comma-separated arguments) exclude each other")
+            raise ValueError(
+                "Syntax: money (thousands commas) and functions (comma-separated arguments) exclude each other"
+            )
 
 
 @dataclass(frozen=True)

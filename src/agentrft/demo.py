@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+
 class DemoSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,11 +53,17 @@ class DemoResult:
             (f"pass@{k}", f"{self.before.pass_at_k[k]:.3f}", f"{self.after.pass_at_k[k]:.3f}"),
             (f"pass^{k}", f"{self.before.pass_hat_k[k]:.3f}", f"{self.after.pass_hat_k[k]:.3f}"),
             ("mean reward", f"{self.before.mean_reward:.3f}", f"{self.after.mean_reward:.3f}"),
-            ("tool calls / episode", f"{self.before.tools.calls_per_episode:.2f}",
-             f"{self.after.tools.calls_per_episode:.2f}"),
+            (
+                "tool calls / episode",
+                f"{self.before.tools.calls_per_episode:.2f}",
+                f"{self.after.tools.calls_per_episode:.2f}",
+            ),
             ("tool error rate", f"{self.before.tools.error_rate:.3f}", f"{self.after.tools.error_rate:.3f}"),
-            ("tokens / episode", f"{self.before.usage.tokens_per_episode:.0f}",
-             f"{self.after.usage.tokens_per_episode:.0f}"),
+            (
+                "tokens / episode",
+                f"{self.before.usage.tokens_per_episode:.0f}",
+                f"{self.after.usage.tokens_per_episode:.0f}",
+            ),
             ("episodes", str(self.before.n_trajectories), str(self.after.n_trajectories)),
         ]
         return rows
@@ -71,8 +78,9 @@ class DemoResult:
         }
 
 
-def run_demo(run_dir: Path, settings: DemoSettings, overrides: list[str] | None = None,
-             progress: bool = True) -> DemoResult:
+def run_demo(
+    run_dir: Path, settings: DemoSettings, overrides: list[str] | None = None, progress: bool = True
+) -> DemoResult:
     """Baseline eval, GRPO training, final eval, report — on one in-process policy."""
     from agentrft.envs.registry import make_env
     from agentrft.eval.harness import evaluate
@@ -99,9 +107,21 @@ def run_demo(run_dir: Path, settings: DemoSettings, overrides: list[str] | None 
     def held_out(name: str) -> Any:
         sampler.reseed(cfg.seed + 7919)  # both evals draw from the same sampler seed stream
         start = time.perf_counter()
-        result = evaluate(env, sampler, split="held-out", samples=settings.eval_samples, tasks=settings.eval_tasks,
-                          store=store, run_name=name, params=params, env_spec=cfg.rollout.env, grader=grader,
-                          tool_format=cfg.rollout.tool_format, seed=cfg.seed, progress=progress)
+        result = evaluate(
+            env,
+            sampler,
+            split="held-out",
+            samples=settings.eval_samples,
+            tasks=settings.eval_tasks,
+            store=store,
+            run_name=name,
+            params=params,
+            env_spec=cfg.rollout.env,
+            grader=grader,
+            tool_format=cfg.rollout.tool_format,
+            seed=cfg.seed,
+            progress=progress,
+        )
         seconds[f"eval_{name}"] = time.perf_counter() - start
         return result
 

@@ -134,9 +134,7 @@ class FinalAnswerEvent(_Event):
     text: str
 
 
-Event = Annotated[
-    ModelCallEvent | ToolCallEvent | ReasoningEvent | FinalAnswerEvent, Field(discriminator="type")
-]
+Event = Annotated[ModelCallEvent | ToolCallEvent | ReasoningEvent | FinalAnswerEvent, Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------- tokens
@@ -228,7 +226,9 @@ class Task(_Model):
     id: str
     env: str | None = None
     messages: list[Message] = Field(description="the task's prompt; the last message is the user's")
-    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI tool schemas, if the task brings its own")
+    tools: list[dict[str, Any]] | None = Field(
+        default=None, description="OpenAI tool schemas, if the task brings its own"
+    )
     data: dict[str, Any] = Field(default_factory=dict, description="free grading data (answer, program, level ...)")
 
 
@@ -252,11 +252,14 @@ class Trajectory(_Model):
     policy_version: int = 0
     messages: list[Message] = Field(default_factory=list)
     n_prompt_messages: int = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="leading messages that were the prompt (system, worked examples, task); the episode's own turns follow",
     )
     events: list[Event] = Field(default_factory=list)
-    tokens: TokenRecord | None = Field(default=None, description="None when the sampler returned no token ids (eval only)")
+    tokens: TokenRecord | None = Field(
+        default=None, description="None when the sampler returned no token ids (eval only)"
+    )
     grade: Grade | None = None
     status: Status = "completed"
     error: str | None = None
@@ -286,7 +289,7 @@ class Trajectory(_Model):
     @property
     def num_turns(self) -> int:
         """Assistant turns of the episode itself (worked examples in the prompt do not count)."""
-        return sum(1 for m in self.messages[self.n_prompt_messages:] if m.role == "assistant")
+        return sum(1 for m in self.messages[self.n_prompt_messages :] if m.role == "assistant")
 
     @property
     def reward(self) -> float | None:

@@ -10,8 +10,9 @@ CALC = Syntax(percent=True, money=True, double_star=True)  # the calculator's di
 FORMULA = Syntax(names=frozenset({"a", "b"}), functions=FUNCTIONS)  # the multi grader's dialect
 
 
-def value(text: str, syntax: Syntax = Syntax(), values: dict[str, float] | None = None,
-          limits: Limits = Limits()) -> float:
+def value(
+    text: str, syntax: Syntax = Syntax(), values: dict[str, float] | None = None, limits: Limits = Limits()
+) -> float:
     return evaluate(parse(text, syntax), values, limits)
 
 
@@ -85,8 +86,12 @@ def test_names_and_functions() -> None:
         value("abs(1, 2)", FORMULA)
     with pytest.raises(ArithError, match="max\\(\\) at position 2 takes at least 1 argument\\(s\\), got 0"):
         value("1+max()", FORMULA)
-    between = Syntax(functions={"clip": Function(lambda x, lo, hi: min(max(x, lo), hi), 3, 3),
-                                "hyp": Function(lambda *xs: sum(x * x for x in xs) ** 0.5, 2, 3)})
+    between = Syntax(
+        functions={
+            "clip": Function(lambda x, lo, hi: min(max(x, lo), hi), 3, 3),
+            "hyp": Function(lambda *xs: sum(x * x for x in xs) ** 0.5, 2, 3),
+        }
+    )
     assert value("clip(5, 0, 1) + hyp(3, 4)", between) == 6.0
     with pytest.raises(ArithError, match="takes 2 to 3 argument\\(s\\), got 1"):
         value("hyp(3)", between)
@@ -157,8 +162,12 @@ def test_limits() -> None:
 
 @pytest.mark.parametrize(
     ("text", "ok"),
-    [("(" * 65 + "1" + ")" * 65, "((1))"), ("-" * 65 + "1", "--1"), ("2^" * 65 + "2", "2^2^2"),
-     ("abs(" * 65 + "1" + ")" * 65, "abs(abs(1))")],
+    [
+        ("(" * 65 + "1" + ")" * 65, "((1))"),
+        ("-" * 65 + "1", "--1"),
+        ("2^" * 65 + "2", "2^2^2"),
+        ("abs(" * 65 + "1" + ")" * 65, "abs(abs(1))"),
+    ],
 )
 def test_depth_limit_covers_parentheses_signs_exponents_and_calls(text: str, ok: str) -> None:
     with pytest.raises(ArithError, match="nested too deeply \\(limit 64\\)"):

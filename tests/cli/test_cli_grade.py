@@ -16,15 +16,20 @@ def write(path, rows):  # type: ignore[no-untyped-def]
     return str(path)
 
 
-SPEC = {"type": "multi", "calculate_output": "acc",
-        "graders": {"acc": {"type": "numeric", "reference": "{{ item.answer }}"}}}
+SPEC = {
+    "type": "multi",
+    "calculate_output": "acc",
+    "graders": {"acc": {"type": "numeric", "reference": "{{ item.answer }}"}},
+}
 
 
 def test_grade_json_lines(tmp_path) -> None:
     g = write(tmp_path / "g.json", [SPEC])
     items = write(tmp_path / "items.jsonl", [{"answer": 12}, {"answer": 3}, {"answer": 5}])
-    samples = write(tmp_path / "s.jsonl", [{"output_text": "The answer is 12"}, {"output_text": "score: 1.0"},
-                                          {"output_text": "5", "output_tools": []}])
+    samples = write(
+        tmp_path / "s.jsonl",
+        [{"output_text": "The answer is 12"}, {"output_text": "score: 1.0"}, {"output_text": "5", "output_tools": []}],
+    )
     res = runner.invoke(app, ["grade", "--grader", g, "--items", items, "--samples", samples, "--json"])
     assert res.exit_code == 0, res.output
     lines = [json.loads(x) for x in res.stdout.splitlines()]
@@ -33,8 +38,11 @@ def test_grade_json_lines(tmp_path) -> None:
 
 
 def test_grade_rejects_bad_spec_before_reading_samples(tmp_path) -> None:
-    bad = {"type": "multi", "calculate_output": "acc",
-           "graders": {"acc": {"type": "string_check", "input": "a", "reference": "b", "operation": "is"}}}
+    bad = {
+        "type": "multi",
+        "calculate_output": "acc",
+        "graders": {"acc": {"type": "string_check", "input": "a", "reference": "b", "operation": "is"}},
+    }
     g = write(tmp_path / "g.json", [bad])
     res = runner.invoke(app, ["grade", "--grader", g, "--items", "/nonexistent", "--samples", "/nonexistent"])
     assert res.exit_code == 2
@@ -47,8 +55,9 @@ def test_grade_bad_jsonl_line(tmp_path) -> None:
     samples = write(tmp_path / "s.jsonl", [{"output_text": "1"}, "{oops"])
     res = runner.invoke(app, ["grade", "--grader", g, "--items", items, "--samples", samples])
     assert res.exit_code == 2
-    assert res.stderr.strip().splitlines() == [f"error: {samples}:2: invalid JSON (Expecting property name "
-                                               "enclosed in double quotes at column 2)"]
+    assert res.stderr.strip().splitlines() == [
+        f"error: {samples}:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)"
+    ]
     samples = write(tmp_path / "s2.jsonl", [{"text": "1"}])
     res = runner.invoke(app, ["grade", "--grader", g, "--items", items, "--samples", samples])
     assert res.exit_code == 2 and "s2.jsonl:1: not a sample or trajectory (unknown sample field(s): text)" in res.stderr

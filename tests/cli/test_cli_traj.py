@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from store_factories import make_traj  # noqa: E402
+from store_factories import make_traj
 
-from agentrft.cli.main import app  # noqa: E402
-from agentrft.store import Store  # noqa: E402
-from agentrft.types import Trajectory  # noqa: E402
+from agentrft.cli.main import app
+from agentrft.store import Store
+from agentrft.types import Trajectory
 
 runner = CliRunner(env={"COLUMNS": "200"})  # a wide terminal: rich wraps tables to 80 columns without one
 
@@ -113,7 +113,10 @@ def test_import_bad_file_and_skip_bad(tmp_path: Path) -> None:
     db = tmp_path / "i.db"
     code, out, err = _run("import", str(bad), "--db", str(db))
     assert code == 1 and out == ""
-    assert err == "error: bad.jsonl line 2: field 'status': Input should be 'completed', 'max_turns', 'truncated' or 'error'\n"
+    assert (
+        err
+        == "error: bad.jsonl line 2: field 'status': Input should be 'completed', 'max_turns', 'truncated' or 'error'\n"
+    )
     code, out, err = _run("import", str(bad), "--db", str(db), "--skip-bad")
     assert code == 0
     assert err.startswith("skipped: bad.jsonl line 2: field 'status'")
@@ -150,9 +153,11 @@ def test_import_chat_logs(tmp_path: Path) -> None:
         (["import", "missing.jsonl"], 1, "error: missing.jsonl: no such file"),
     ],
 )
-def test_errors_are_one_line(db: Path, args: list[str], code: int, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_errors_are_one_line(
+    db: Path, args: list[str], code: int, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    got, out, err = _run(*args, "--db", str(db))
+    got, _out, err = _run(*args, "--db", str(db))
     assert got == code
     assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
 

@@ -20,11 +20,18 @@ def _write(path: Path, rows: list) -> Path:
 
 
 def test_jsonl_rows_become_tasks(tmp_path: Path) -> None:
-    p = _write(tmp_path / "d.jsonl", [
-        {"messages": [{"role": "user", "content": "2+2?"}], "answer": 4},
-        {"messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}],
-         "tools": [TOOL], "id": "row-b", "label": "x"},
-    ])
+    p = _write(
+        tmp_path / "d.jsonl",
+        [
+            {"messages": [{"role": "user", "content": "2+2?"}], "answer": 4},
+            {
+                "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}],
+                "tools": [TOOL],
+                "id": "row-b",
+                "label": "x",
+            },
+        ],
+    )
     env = JsonlEnv(p)
     a, b = env.tasks()
     assert a.data == {"answer": 4} and a.id.startswith("jsonl-")
@@ -52,11 +59,15 @@ def test_jsonl_tools_module(tmp_path: Path) -> None:
         ("{not json", "d.jsonl:2: invalid JSON"),
         ("[1, 2]", "d.jsonl:2: expected a JSON object"),
         ({"answer": 1}, "d.jsonl:2: field 'messages' must be a non-empty list"),
-        ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
-         "d.jsonl:2: field 'messages': the last message must be from the user"),
+        (
+            {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            "d.jsonl:2: field 'messages': the last message must be from the user",
+        ),
         ({"messages": [{"role": "robot", "content": "a"}]}, "d.jsonl:2: field 'messages[0].role'"),
-        ({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]},
-         "d.jsonl:2: field 'tools[0].function.name' is missing"),
+        (
+            {"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]},
+            "d.jsonl:2: field 'tools[0].function.name' is missing",
+        ),
     ],
 )
 def test_jsonl_bad_lines_name_file_line_field(tmp_path: Path, row: object, expected: str) -> None:
@@ -68,8 +79,13 @@ def test_jsonl_bad_lines_name_file_line_field(tmp_path: Path, row: object, expec
 
 def test_jsonl_grader_spec_file(tmp_path: Path) -> None:
     p = _write(tmp_path / "d.jsonl", [{"messages": [{"role": "user", "content": "q"}], "ref": "a"}])
-    spec = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "{{ item.ref }}",
-            "operation": "eq"}
+    spec = {
+        "type": "string_check",
+        "name": "s",
+        "input": "{{ sample.output_text }}",
+        "reference": "{{ item.ref }}",
+        "operation": "eq",
+    }
     (tmp_path / "g.json").write_text(json.dumps(spec))
     assert make_env(f"jsonl:{p}?grader={tmp_path / 'g.json'}").grader_spec() == spec
     (tmp_path / "bad.json").write_text("{")

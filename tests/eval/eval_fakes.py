@@ -22,33 +22,98 @@ from agentrft.types import (
 )
 
 
-def make_task(task_id: str, answer: float, *, level: int = 1, template: str = "change",
-              program: str = "subtract(5, 3)", prompt: str | None = None) -> Task:
-    return Task(id=task_id, env="fake", messages=[Message(role="user", content=prompt or f"Question {task_id}: 5 and 3?")],
-                data={"answer": answer, "program": program, "level": level, "template": template,
-                      "company": "ACME", "year": 2019, "doc_ids": ["ACME-2019"]})
+def make_task(
+    task_id: str,
+    answer: float,
+    *,
+    level: int = 1,
+    template: str = "change",
+    program: str = "subtract(5, 3)",
+    prompt: str | None = None,
+) -> Task:
+    return Task(
+        id=task_id,
+        env="fake",
+        messages=[Message(role="user", content=prompt or f"Question {task_id}: 5 and 3?")],
+        data={
+            "answer": answer,
+            "program": program,
+            "level": level,
+            "template": template,
+            "company": "ACME",
+            "year": 2019,
+            "doc_ids": ["ACME-2019"],
+        },
+    )
 
 
-def make_traj(task_id: str, reward: float, *, run_id: str = "r1", answer: str = "2", tools: int = 1,
-              tool_error: bool = False, prompt_tokens: int = 100, completion_tokens: int = 20,
-              seconds: float = 2.0, graded: bool = True, group_id: str | None = None) -> Trajectory:
+def make_traj(
+    task_id: str,
+    reward: float,
+    *,
+    run_id: str = "r1",
+    answer: str = "2",
+    tools: int = 1,
+    tool_error: bool = False,
+    prompt_tokens: int = 100,
+    completion_tokens: int = 20,
+    seconds: float = 2.0,
+    graded: bool = True,
+    group_id: str | None = None,
+) -> Trajectory:
     events: list[Any] = [ModelCallEvent(turn=0, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)]
     msgs = [Message(role="system", content="sys"), Message(role="user", content=f"Question {task_id}: 5 and 3?")]
     for i in range(tools):
         err = tool_error and i == 0
-        events.append(ToolCallEvent(turn=i, call_id=f"c{i}", name="open", arguments={"doc_id": "ACME-2019"},
-                                    result=None if err else "doc text <b>", error="boom" if err else None,
-                                    error_kind="exception" if err else None))
-        msgs.append(Message(role="assistant", content=None, tool_calls=[
-            {"id": f"c{i}", "type": "function", "function": {"name": "open", "arguments": '{"doc_id": "ACME-2019"}'}}]))
+        events.append(
+            ToolCallEvent(
+                turn=i,
+                call_id=f"c{i}",
+                name="open",
+                arguments={"doc_id": "ACME-2019"},
+                result=None if err else "doc text <b>",
+                error="boom" if err else None,
+                error_kind="exception" if err else None,
+            )
+        )
+        msgs.append(
+            Message(
+                role="assistant",
+                content=None,
+                tool_calls=[
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "open", "arguments": '{"doc_id": "ACME-2019"}'},
+                    }
+                ],
+            )
+        )
         msgs.append(Message(role="tool", tool_call_id=f"c{i}", content="boom" if err else "doc text <b>"))
     events.append(FinalAnswerEvent(turn=tools, text=answer))
     msgs.append(Message(role="assistant", content=answer))
-    grade = Grade(reward=reward, success=reward >= 1.0, grader="answer",
-                  cost=Cost(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)) if graded else None
-    return Trajectory(run_id=run_id, task_id=task_id, group_id=group_id or f"{run_id}-{task_id}",
-                      env=EnvRef(name="fake"), policy="fake-policy", messages=msgs, events=events,
-                      grade=grade, created_at=1000.0, finished_at=1000.0 + seconds)
+    grade = (
+        Grade(
+            reward=reward,
+            success=reward >= 1.0,
+            grader="answer",
+            cost=Cost(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
+        )
+        if graded
+        else None
+    )
+    return Trajectory(
+        run_id=run_id,
+        task_id=task_id,
+        group_id=group_id or f"{run_id}-{task_id}",
+        env=EnvRef(name="fake"),
+        policy="fake-policy",
+        messages=msgs,
+        events=events,
+        grade=grade,
+        created_at=1000.0,
+        finished_at=1000.0 + seconds,
+    )
 
 
 class FakeStore:
@@ -74,9 +139,14 @@ class FakeStore:
         self.trajs.append(traj)
         return traj.id
 
-    def query_trajectories(self, *, run_id: str | None = None, task_id: str | None = None, **_: Any) -> list[Trajectory]:
-        return [t for t in self.trajs if (run_id is None or t.run_id == run_id)
-                and (task_id is None or t.task_id == task_id)]
+    def query_trajectories(
+        self, *, run_id: str | None = None, task_id: str | None = None, **_: Any
+    ) -> list[Trajectory]:
+        return [
+            t
+            for t in self.trajs
+            if (run_id is None or t.run_id == run_id) and (task_id is None or t.task_id == task_id)
+        ]
 
     def log_metrics(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         self.metrics.setdefault(run_id, []).append({"step": step, **metrics})
@@ -133,8 +203,17 @@ class FakeSampler:
 
 def install_fake_runner(monkeypatch: Any) -> None:
     class Runner:
-        def __init__(self, env: Any, sampler: FakeSampler, *, store: Any, grader: Any, params: Any,
-                     tool_format: str = "xml", progress: bool = True) -> None:
+        def __init__(
+            self,
+            env: Any,
+            sampler: FakeSampler,
+            *,
+            store: Any,
+            grader: Any,
+            params: Any,
+            tool_format: str = "xml",
+            progress: bool = True,
+        ) -> None:
             self.env, self.sampler, self.store = env, sampler, store
 
         async def run(self, tasks: list[Task], samples_per_task: int, *, run_id: str) -> list[Trajectory]:

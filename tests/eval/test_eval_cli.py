@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """make_env → FakeEnv, load_policy → scripted samplers ("weak" / "strong"), fake runner and graders."""
     install_fake_graders(monkeypatch)
     install_fake_runner(monkeypatch)
-    answers = {"weak": {"a": ["2", "0", "0"], "b": ["0", "0", "0"], "c": ["2", "2", "0"], "d": ["1", "1", "1"]},
-               "strong": {"a": ["2", "2", "2"], "b": ["2", "0", "2"], "c": ["2", "2", "2"], "d": ["1", "2", "1"]}}
+    answers = {
+        "weak": {"a": ["2", "0", "0"], "b": ["0", "0", "0"], "c": ["2", "2", "0"], "d": ["1", "1", "1"]},
+        "strong": {"a": ["2", "2", "2"], "b": ["2", "0", "2"], "c": ["2", "2", "2"], "d": ["1", "2", "1"]},
+    }
     env = FakeEnv(TASKS)
     env.limits = types.SimpleNamespace(max_tokens_per_turn=64)  # type: ignore[attr-defined]
     import agentrft.envs.registry as reg
@@ -46,8 +47,22 @@ def _run(args: list[str]) -> Any:
 
 def test_eval_json_and_compare(tmp_path: Path, fakes: dict[str, Any]) -> None:
     db = tmp_path / "run" / "agentrft.db"
-    r = _run(["eval", "--env", "fake:1", "--policy", "weak", "--samples", "3", "--db", str(db),
-              "--name", "baseline", "--json"])
+    r = _run(
+        [
+            "eval",
+            "--env",
+            "fake:1",
+            "--policy",
+            "weak",
+            "--samples",
+            "3",
+            "--db",
+            str(db),
+            "--name",
+            "baseline",
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     base = json.loads(r.stdout)
     assert base["n_tasks"] == 4 and base["pass_at_k"]["1"] == pytest.approx(3 / 12)

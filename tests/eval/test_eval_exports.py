@@ -15,18 +15,34 @@ from agentrft.types import Message, Run
 def _store() -> FakeStore:
     store = FakeStore()
     tasks = [make_task("a", 2, level=1), make_task("b", 5, level=3, template="ratio")]
-    store.add_run(Run(id="r1", name="baseline", kind="eval", config={"env": "fake:1"},
-                      metadata={"task_data": {t.id: t.data for t in tasks}}))
-    for t in [make_traj("a", 1.0), make_traj("a", 0.0, answer="3"), make_traj("a", 1.0, tools=2),
-              make_traj("b", 0.0, answer="7"), make_traj("b", 0.0, answer="8")]:
+    store.add_run(
+        Run(
+            id="r1",
+            name="baseline",
+            kind="eval",
+            config={"env": "fake:1"},
+            metadata={"task_data": {t.id: t.data for t in tasks}},
+        )
+    )
+    for t in [
+        make_traj("a", 1.0),
+        make_traj("a", 0.0, answer="3"),
+        make_traj("a", 1.0, tools=2),
+        make_traj("b", 0.0, answer="7"),
+        make_traj("b", 0.0, answer="8"),
+    ]:
         store.add_trajectory(t)
     return store
 
 
 def test_split_prompt_keeps_up_to_last_user() -> None:
-    msgs = [Message(role="system", content="s"), Message(role="user", content="u1"),
-            Message(role="assistant", content="a"), Message(role="user", content="u2"),
-            Message(role="assistant", content="b")]
+    msgs = [
+        Message(role="system", content="s"),
+        Message(role="user", content="u1"),
+        Message(role="assistant", content="a"),
+        Message(role="user", content="u2"),
+        Message(role="assistant", content="b"),
+    ]
     prompt, rest = split_prompt(msgs)
     assert [m.content for m in prompt] == ["s", "u1", "a", "u2"] and [m.content for m in rest] == ["b"]
     with pytest.raises(ValueError, match="no user message"):

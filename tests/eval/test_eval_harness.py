@@ -13,9 +13,11 @@ from agentrft.eval.harness import EvalResult, Prices, evaluate, result_from_run,
 def _two_tasks() -> tuple[list, list]:
     tasks = [make_task("a", 2, level=1, template="change"), make_task("b", 2, level=2, template="ratio")]
     trajs = [
-        make_traj("a", 1.0, seconds=1.0), make_traj("a", 0.0, tools=2, tool_error=True, seconds=3.0),
+        make_traj("a", 1.0, seconds=1.0),
+        make_traj("a", 0.0, tools=2, tool_error=True, seconds=3.0),
         make_traj("a", 1.0, seconds=2.0),
-        make_traj("b", 0.0, answer="7", tools=0, seconds=4.0), make_traj("b", 0.5, answer="2.5", seconds=5.0),
+        make_traj("b", 0.0, answer="7", tools=0, seconds=4.0),
+        make_traj("b", 0.5, answer="2.5", seconds=5.0),
         make_traj("b", 0.0, graded=False, seconds=6.0),
     ]
     return tasks, trajs
@@ -75,8 +77,7 @@ def test_evaluate_runs_stores_and_summarises(monkeypatch: pytest.MonkeyPatch) ->
     tasks = [make_task("a", 2), make_task("b", 5), make_task("c", 1)]
     sampler = FakeSampler({"a": ["2", "2"], "b": ["1", "5"], "c": ["0", "0"]})
     store = FakeStore()
-    res = evaluate(FakeEnv(tasks), sampler, samples=2, tasks=2, store=store, run_name="baseline",
-                   env_spec="fake:1")
+    res = evaluate(FakeEnv(tasks), sampler, samples=2, tasks=2, store=store, run_name="baseline", env_spec="fake:1")
     assert res.n_tasks == 2 and res.pass_at_k[1] == pytest.approx(0.75) and res.pass_at_k[2] == 1.0
     assert res.pass_hat_k[2] == pytest.approx(0.5)
     run = store.get_run(res.run_id)

@@ -30,8 +30,9 @@ class ScriptedChat:
         question = [m for m in messages if m["role"] == "user"][-1]["content"]
         n = self.seen[question] = self.seen.get(question, 0) + 1
         text = f"The answer is {self.answers[question]}." if n == 1 else "The answer is 0."
-        return ChatResult(message={"role": "assistant", "content": text}, finish_reason="stop",
-                          prompt_tokens=50, completion_tokens=7)
+        return ChatResult(
+            message={"role": "assistant", "content": text}, finish_reason="stop", prompt_tokens=50, completion_tokens=7
+        )
 
 
 def test_evaluate_real_stack(tmp_path: Path) -> None:
@@ -42,8 +43,9 @@ def test_evaluate_real_stack(tmp_path: Path) -> None:
     tasks = env.tasks("held-out")[:3]
     sampler = ScriptedChat({t.messages[-1].text(): t.data["answer"] for t in tasks})
     store = Store(tmp_path / "agentrft.db")
-    res = evaluate(env, sampler, samples=2, tasks=3, store=store, run_name="baseline", env_spec="finqa-lite:1",
-                   progress=False)
+    res = evaluate(
+        env, sampler, samples=2, tasks=3, store=store, run_name="baseline", env_spec="finqa-lite:1", progress=False
+    )
     assert res.n_trajectories == 6 and res.n_ungraded == 0
     assert res.pass_at_k == {1: pytest.approx(0.5), 2: pytest.approx(1.0)}
     assert res.pass_hat_k[2] == 0.0

@@ -18,27 +18,33 @@ from agentrft.eval.metrics import (
 )
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (5, 2, 1, 0.4),
-    (5, 2, 2, 0.7),          # 1 - C(3,2)/C(5,2) = 1 - 3/10
-    (5, 2, 3, 0.9),          # 1 - C(3,3)/C(5,3) = 1 - 1/10
-    (5, 2, 4, 1.0),          # n - c < k
-    (5, 0, 3, 0.0),
-    (10, 3, 1, 0.3),
-    (4, 4, 4, 1.0),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+        (5, 2, 3, 0.9),  # 1 - C(3,3)/C(5,3) = 1 - 1/10
+        (5, 2, 4, 1.0),  # n - c < k
+        (5, 0, 3, 0.0),
+        (10, 3, 1, 0.3),
+        (4, 4, 4, 1.0),
+    ],
+)
 def test_pass_at_k_hand_values(n: int, c: int, k: int, expected: float) -> None:
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (5, 2, 1, 0.4),
-    (5, 2, 2, 0.1),          # C(2,2)/C(5,2)
-    (5, 2, 3, 0.0),
-    (4, 3, 2, 0.5),          # C(3,2)/C(4,2) = 3/6
-    (5, 5, 5, 1.0),
-    (6, 0, 1, 0.0),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 0.1),  # C(2,2)/C(5,2)
+        (5, 2, 3, 0.0),
+        (4, 3, 2, 0.5),  # C(3,2)/C(4,2) = 3/6
+        (5, 5, 5, 1.0),
+        (6, 0, 1, 0.0),
+    ],
+)
 def test_pass_hat_k_hand_values(n: int, c: int, k: int, expected: float) -> None:
     assert pass_hat_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 

@@ -27,25 +27,49 @@ def make_run_dir(root: Path, *, metrics_jsonl: bool = False) -> Path:
 
     run_dir = root / "run"
     run_dir.mkdir()
-    tasks = [make_task("task-alpha", 2, level=1), make_task("task-beta", 2, level=2, template="ratio"),
-             make_task("task-gamma", 2, level=3, template="sum")]
+    tasks = [
+        make_task("task-alpha", 2, level=1),
+        make_task("task-beta", 2, level=2, template="ratio"),
+        make_task("task-gamma", 2, level=3, template="sum"),
+    ]
     store = Store(run_dir / "agentrft.db")
-    plan = {"baseline": {"task-alpha": [1.0, 0.0], "task-beta": [0.0, 0.0], "task-gamma": [0.0, 0.0]},
-            "final": {"task-alpha": [1.0, 1.0], "task-beta": [1.0, 0.0], "task-gamma": [0.0, 0.0]}}
+    plan = {
+        "baseline": {"task-alpha": [1.0, 0.0], "task-beta": [0.0, 0.0], "task-gamma": [0.0, 0.0]},
+        "final": {"task-alpha": [1.0, 1.0], "task-beta": [1.0, 0.0], "task-gamma": [0.0, 0.0]},
+    }
     for i, (name, rewards) in enumerate(plan.items()):
         run_id = f"run-{name}"
-        trajs = [make_traj(tid, r, run_id=run_id, answer="2" if r else EVIL, tool_error=(tid == "task-gamma"))
-                 for tid, rs in rewards.items() for r in rs]
+        trajs = [
+            make_traj(tid, r, run_id=run_id, answer="2" if r else EVIL, tool_error=(tid == "task-gamma"))
+            for tid, rs in rewards.items()
+            for r in rs
+        ]
         for t in trajs:
             store.add_trajectory(t)
         res = summarize(trajs, tasks, run_id=run_id, run_name=name)
-        store.add_run(Run(id=run_id, name=name, kind="eval", created_at=1000.0 + i,
-                          metadata={"result": res.model_dump(mode="json"), "task_data": {t.id: t.data for t in tasks}}))
+        store.add_run(
+            Run(
+                id=run_id,
+                name=name,
+                kind="eval",
+                created_at=1000.0 + i,
+                metadata={"result": res.model_dump(mode="json"), "task_data": {t.id: t.data for t in tasks}},
+            )
+        )
     store.add_run(Run(id="run-train", name="grpo", kind="train", created_at=1000.5))
-    rows = [{"step": s, "train_reward_mean": 0.1 * s, "valid_reward_mean": 0.05 * s, "valid_pass@1": 0.1 * s,
-             "train_success_rate": 0.02 * s, "train_grader_errors/other_error": 1.0, "train_sequences": 30.0,
-             **({"excluded/grader_error": 2.0, "groups_dropped/too_small": 1.0} if s == 3 else {})}
-            for s in range(6)]
+    rows = [
+        {
+            "step": s,
+            "train_reward_mean": 0.1 * s,
+            "valid_reward_mean": 0.05 * s,
+            "valid_pass@1": 0.1 * s,
+            "train_success_rate": 0.02 * s,
+            "train_grader_errors/other_error": 1.0,
+            "train_sequences": 30.0,
+            **({"excluded/grader_error": 2.0, "groups_dropped/too_small": 1.0} if s == 3 else {}),
+        }
+        for s in range(6)
+    ]
     if metrics_jsonl:
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     else:
@@ -91,9 +115,20 @@ def test_report_reads_metrics_jsonl_and_names_missing_db(tmp_path: Path) -> None
 def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="agentrft-chromium-")
     assert CHROMIUM is not None
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", *args, url]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *args,
+        url,
+    ]
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     finally:

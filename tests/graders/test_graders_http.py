@@ -29,10 +29,17 @@ class FakeJudge:
 
 
 def judge_spec(kind: str = "score_model", **kw: object) -> dict:
-    spec = {"type": kind, "name": "judge", "model": "fake-judge", "base_url": "http://127.0.0.1:9/v1",
-            "input": [{"role": "system", "content": "Grade the answer."},
-                      {"role": "user", "content": "Q: {{ item.question }}\nA: {{ sample.output_text }}"}],
-            "max_retries": 0}
+    spec = {
+        "type": kind,
+        "name": "judge",
+        "model": "fake-judge",
+        "base_url": "http://127.0.0.1:9/v1",
+        "input": [
+            {"role": "system", "content": "Grade the answer."},
+            {"role": "user", "content": "Q: {{ item.question }}\nA: {{ sample.output_text }}"},
+        ],
+        "max_retries": 0,
+    }
     if kind == "label_model":
         spec.update(labels=["correct", "incorrect"], passing_labels=["correct"])
     spec.update(kw)

@@ -39,16 +39,16 @@ def test_extract_answer(text: str, value: float | None, percent: bool | None, sc
 @pytest.mark.parametrize(
     ("answer", "ref", "expected"),
     [
-        ("The answer is 1.64%", 0.0164, 1.0),        # percent answer vs fraction reference
-        ("The answer is 1.64%", 1.64, 1.0),          # percent answer vs percent-points reference
-        ("The answer is 0.0164", 1.64, 0.0),         # bare numbers are never rescaled
-        ("The answer is 0.0164", "1.64%", 1.0),      # the reference states it is a percent
+        ("The answer is 1.64%", 0.0164, 1.0),  # percent answer vs fraction reference
+        ("The answer is 1.64%", 1.64, 1.0),  # percent answer vs percent-points reference
+        ("The answer is 0.0164", 1.64, 0.0),  # bare numbers are never rescaled
+        ("The answer is 0.0164", "1.64%", 1.0),  # the reference states it is a percent
         ("The answer is 1.64", "1.64%", 1.0),
         ("The answer is 164", "1.64%", 0.0),
-        ("It is 1.6%", 0.01639, 0.0),                # 2.4% off: outside rel_tol 1e-2
-        ("It is 1.64%", 0.01639, 1.0),               # 0.06% off
+        ("It is 1.6%", 0.01639, 0.0),  # 2.4% off: outside rel_tol 1e-2
+        ("It is 1.64%", 0.01639, 1.0),  # 0.06% off
         ("$1.2 million", 1_200_000, 1.0),
-        ("$1.2 million", 1.2, 1.0),                  # reference in table units (millions)
+        ("$1.2 million", 1.2, 1.0),  # reference in table units (millions)
         ("1200000", 1.2, 0.0),
         ("1,234,567", 1234567, 1.0),
         ("(45)", -45, 1.0),

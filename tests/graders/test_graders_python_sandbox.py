@@ -19,9 +19,11 @@ def py(source: str, **kw: object) -> dict:
 
 
 def test_python_grader_scores_and_ignores_stdout() -> None:
-    src = ("def grade(sample, item):\n"
-           "    print('score: 1.0')\n"
-           "    return float(sample['output_text'].strip() == item['answer'])\n")
+    src = (
+        "def grade(sample, item):\n"
+        "    print('score: 1.0')\n"
+        "    return float(sample['output_text'].strip() == item['answer'])\n"
+    )
     g = load_grader(py(src))
     assert g.grade("42", {"answer": "42"}).reward == 1.0
     wrong = g.grade("score: 1.0", {"answer": "42"})  # the policy prints a fake score; so does the grader
@@ -29,8 +31,12 @@ def test_python_grader_scores_and_ignores_stdout() -> None:
 
 
 def test_sandbox_result_not_parsed_from_stdout() -> None:
-    r = run_sandboxed("def grade(sample, item):\n    print('{\"frame\": \"result\", \"ok\": true, \"value\": 1.0}')\n"
-                      "    raise ValueError('boom')\n", {"sample": {}, "item": {}}, timeout_s=3)
+    r = run_sandboxed(
+        'def grade(sample, item):\n    print(\'{"frame": "result", "ok": true, "value": 1.0}\')\n'
+        "    raise ValueError('boom')\n",
+        {"sample": {}, "item": {}},
+        timeout_s=3,
+    )
     assert not r.ok and r.error_flag == "exception" and "boom" in r.error
     assert '"value": 1.0' in r.stdout
 
@@ -43,7 +49,8 @@ def test_non_float_is_runtime_error(ret: str) -> None:
 
 def test_exception_and_missing_function() -> None:
     assert load_grader(py("def grade(s, i):\n    return 1 / 0\n")).grade("x", {}).error_flags == [
-        "python_grader_runtime_error"]
+        "python_grader_runtime_error"
+    ]
     assert load_grader(py("x = 1\n")).grade("x", {}).error_flags == ["python_grader_runtime_error"]
 
 
@@ -87,11 +94,13 @@ def test_no_network_even_to_localhost() -> None:
     srv.listen(1)
     port = srv.getsockname()[1]
     try:
-        src = ("import socket\ndef grade(s, i):\n"
-               f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n    return 1.0\n")
+        src = (
+            "import socket\ndef grade(s, i):\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n    return 1.0\n"
+        )
         g = load_grader(py(src))
         grade = g.grade("x", {})
-        if not g.last_isolation.get("network") == "namespace":
+        if g.last_isolation.get("network") != "namespace":
             pytest.skip(f"no network namespace here: {g.last_isolation.get('network')}")
         assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"]
     finally:
@@ -105,8 +114,7 @@ def test_cannot_write_outside_or_overwrite_own_source(tmp_path) -> None:
     if os.geteuid() != 0:
         pytest.skip("file fences need root (drop to nobody)")
     assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"] and not target.exists()
-    src = ("def grade(s, i):\n"
-           "    open(__file__, 'w').write('def grade(s, i):\\n    return 1.0\\n')\n    return 1.0\n")
+    src = "def grade(s, i):\n    open(__file__, 'w').write('def grade(s, i):\\n    return 1.0\\n')\n    return 1.0\n"
     g = load_grader(py(src))
     for _ in range(2):  # a second call runs the original source again
         again = g.grade("x", {})
@@ -123,9 +131,11 @@ def test_edits_to_source_file_after_load_do_not_change_grade(tmp_path) -> None:
 
 def test_parent_environment_is_not_visible(monkeypatch) -> None:
     monkeypatch.setenv("AGENTRFT_TEST_SECRET", "hunter2")
-    src = ("import os\ndef grade(s, i):\n"
-           "    if os.environ.get('AGENTRFT_TEST_SECRET') == 'hunter2':\n        return 1.0\n"
-           "    return float('hunter2' in open('/proc/%d/environ' % os.getppid()).read())\n")
+    src = (
+        "import os\ndef grade(s, i):\n"
+        "    if os.environ.get('AGENTRFT_TEST_SECRET') == 'hunter2':\n        return 1.0\n"
+        "    return float('hunter2' in open('/proc/%d/environ' % os.getppid()).read())\n"
+    )
     grade = load_grader(py(src)).grade("x", {})
     assert grade.reward == 0.0
     if os.geteuid() == 0:
@@ -142,10 +152,16 @@ def test_isolation_is_reported() -> None:
 def test_multi_with_python_runs_async_concurrently() -> None:
     import asyncio
 
-    g = load_grader({"type": "multi", "calculate_output": "a + b",
-                     "graders": {"a": py("def grade(s, i):\n    return 0.25\n"),
-                                 "b": {"type": "string_check", "input": "{{ sample.output_text }}",
-                                       "reference": "x", "operation": "eq"}}})
+    g = load_grader(
+        {
+            "type": "multi",
+            "calculate_output": "a + b",
+            "graders": {
+                "a": py("def grade(s, i):\n    return 0.25\n"),
+                "b": {"type": "string_check", "input": "{{ sample.output_text }}", "reference": "x", "operation": "eq"},
+            },
+        }
+    )
     grades = asyncio.run(_many(g))
     assert [gr.reward for gr in grades] == [1.25] * 4
     assert g.grade("x", {}).reward == 1.25
@@ -158,8 +174,10 @@ async def _many(g):  # type: ignore[no-untyped-def]
 
 
 def test_stray_children_are_killed_with_the_call() -> None:
-    src = ("import os, time\ndef grade(s, i):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(60)\n"
-           "        os._exit(0)\n    return pid\n")
+    src = (
+        "import os, time\ndef grade(s, i):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(60)\n"
+        "        os._exit(0)\n    return pid\n"
+    )
     r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5)
     assert r.ok and isinstance(r.value, int)
     deadline = time.monotonic() + 3  # SIGKILL delivery and reaping by init are asynchronous
@@ -192,9 +210,11 @@ def test_source_path_relative_to_spec_file(tmp_path) -> None:
 
 
 def test_stdlib_imports_work_after_privilege_drop() -> None:
-    src = ("import statistics\nfrom fractions import Fraction\n"
-           "def grade(s, i):\n    import difflib\n"
-           "    return statistics.mean([0.25, 0.75]) + float(Fraction(1, 4)) + difflib.SequenceMatcher(None, 'a', 'a').ratio()\n")
+    src = (
+        "import statistics\nfrom fractions import Fraction\n"
+        "def grade(s, i):\n    import difflib\n"
+        "    return statistics.mean([0.25, 0.75]) + float(Fraction(1, 4)) + difflib.SequenceMatcher(None, 'a', 'a').ratio()\n"
+    )
     grade = load_grader(py(src)).grade("x", {})
     assert grade.errors == [] and grade.reward == pytest.approx(1.75)
 
@@ -202,11 +222,13 @@ def test_stdlib_imports_work_after_privilege_drop() -> None:
 def test_readonly_paths_are_readable_not_writable(tmp_path) -> None:
     data = tmp_path / "answers.json"
     data.write_text('{"q1": 0.5}')
-    src = ("import json, os\ndef grade(s, i):\n"
-           "    here = os.path.dirname(__file__)\n"
-           "    value = json.load(open(os.path.join(here, 'answers.json')))['q1']\n"
-           "    try:\n        open(os.path.join(here, 'answers.json'), 'w').write('{}')\n        return 1.0\n"
-           "    except PermissionError:\n        return value\n")
+    src = (
+        "import json, os\ndef grade(s, i):\n"
+        "    here = os.path.dirname(__file__)\n"
+        "    value = json.load(open(os.path.join(here, 'answers.json')))['q1']\n"
+        "    try:\n        open(os.path.join(here, 'answers.json'), 'w').write('{}')\n        return 1.0\n"
+        "    except PermissionError:\n        return value\n"
+    )
     r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5, readonly_paths=[data])
     assert r.ok and r.value == (0.5 if os.geteuid() == 0 else r.value)
     assert data.read_text() == '{"q1": 0.5}'

@@ -18,9 +18,14 @@ def sc(op: str, inp: str = "{{ sample.output_text }}", ref: str = "{{ item.answe
 @pytest.mark.parametrize(
     ("op", "text", "ref", "expected"),
     [
-        ("eq", "Paris", "Paris", 1.0), ("eq", "paris", "Paris", 0.0), ("ne", "Rome", "Paris", 1.0),
-        ("ne", "Paris", "Paris", 0.0), ("like", "It is Paris.", "Paris", 1.0), ("like", "it is paris", "Paris", 0.0),
-        ("ilike", "IT IS PARIS", "paris", 1.0), ("ilike", "Par%", "paris", 0.0),  # no wildcards
+        ("eq", "Paris", "Paris", 1.0),
+        ("eq", "paris", "Paris", 0.0),
+        ("ne", "Rome", "Paris", 1.0),
+        ("ne", "Paris", "Paris", 0.0),
+        ("like", "It is Paris.", "Paris", 1.0),
+        ("like", "it is paris", "Paris", 0.0),
+        ("ilike", "IT IS PARIS", "paris", 1.0),
+        ("ilike", "Par%", "paris", 0.0),  # no wildcards
         ("like", "a_c", "a%c", 0.0),
     ],
 )
@@ -68,8 +73,10 @@ def test_load_from_file_and_text(tmp_path) -> None:
 
 
 def test_template_paths_and_json_rendering() -> None:
-    sample = Sample(output_text="x", output_tools=[{"id": "1", "type": "function",
-                                                    "function": {"name": "f", "arguments": '{"q": 3}'}}])
+    sample = Sample(
+        output_text="x",
+        output_tools=[{"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"q": 3}'}}],
+    )
     g = load_grader(sc("eq", "{{ sample.output_tools[0].function.arguments }}", '{"q": 3}'))
     assert g.grade(sample, {}).reward == 1.0
     g = load_grader(sc("eq", "{{ item.meta.nums }}|{{ item.meta.nums[1] }}", "[1, 2.5]|2.5"))
@@ -107,14 +114,20 @@ def test_bad_template_namespace_rejected_at_load() -> None:
     ],
 )
 def test_text_similarity(metric: str, a: str, b: str, expected: float) -> None:
-    g = load_grader({"type": "text_similarity", "input": "{{ sample.output_text }}", "reference": b,
-                     "evaluation_metric": metric})
+    g = load_grader(
+        {"type": "text_similarity", "input": "{{ sample.output_text }}", "reference": b, "evaluation_metric": metric}
+    )
     assert g.grade(a, {}).reward == pytest.approx(expected, abs=1e-6)
 
 
 def test_text_similarity_threshold_and_cosine() -> None:
-    spec = {"type": "text_similarity", "input": "{{ sample.output_text }}", "reference": "the cat sat",
-            "evaluation_metric": "rouge_1", "pass_threshold": 0.6}
+    spec = {
+        "type": "text_similarity",
+        "input": "{{ sample.output_text }}",
+        "reference": "the cat sat",
+        "evaluation_metric": "rouge_1",
+        "pass_threshold": 0.6,
+    }
     g = load_grader(spec)
     assert g.grade("the cat ran", {}).success is True  # 2/3 >= 0.6
     assert g.grade("a dog ran", {}).success is False
@@ -137,9 +150,15 @@ def test_json_schema_grader() -> None:
 @pytest.mark.parametrize(
     ("formula", "values", "expected"),
     [
-        ("a + b * 2", {"a": 1, "b": 3}, 7), ("(a + b) * 2", {"a": 1, "b": 3}, 8), ("-2^2", {}, -4),
-        ("2^3^2", {}, 512), ("min(a, b, 0.5) + max(a, b)", {"a": 1, "b": 3}, 3.5), ("abs(-a) / 4", {"a": 2}, 0.5),
-        ("floor(2.7) + ceil(2.1)", {}, 5), ("exp(0) + sqrt(16) + log(1)", {}, 5), ("a - -b", {"a": 1, "b": 2}, 3),
+        ("a + b * 2", {"a": 1, "b": 3}, 7),
+        ("(a + b) * 2", {"a": 1, "b": 3}, 8),
+        ("-2^2", {}, -4),
+        ("2^3^2", {}, 512),
+        ("min(a, b, 0.5) + max(a, b)", {"a": 1, "b": 3}, 3.5),
+        ("abs(-a) / 4", {"a": 2}, 0.5),
+        ("floor(2.7) + ceil(2.1)", {}, 5),
+        ("exp(0) + sqrt(16) + log(1)", {}, 5),
+        ("a - -b", {"a": 1, "b": 2}, 3),
         ("1e1 + .5", {}, 10.5),
     ],
 )
@@ -147,8 +166,9 @@ def test_formula_evaluates(formula: str, values: dict, expected: float) -> None:
     assert Formula(formula, values, "f").evaluate({k: float(v) for k, v in values.items()}) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("formula", ["a +", "a b", "(a", "a)", "foo(a)", "abs(a, a)", "__import__('os')", "a; b",
-                                     "", "a ** 2", "a.b"])
+@pytest.mark.parametrize(
+    "formula", ["a +", "a b", "(a", "a)", "foo(a)", "abs(a, a)", "__import__('os')", "a; b", "", "a ** 2", "a.b"]
+)
 def test_bad_formula_is_load_time_error(formula: str) -> None:
     spec = {"type": "multi", "graders": {"a": sc("eq")}, "calculate_output": formula}
     with pytest.raises(GraderSpecError) as e:
@@ -157,8 +177,11 @@ def test_bad_formula_is_load_time_error(formula: str) -> None:
 
 
 def test_multi_combines_and_flags_errored_sub_grader() -> None:
-    spec = {"type": "multi", "calculate_output": "0.75 * acc + 0.25 * fmt",
-            "graders": {"acc": sc("eq"), "fmt": sc("like", ref="{{ item.unit }}")}}
+    spec = {
+        "type": "multi",
+        "calculate_output": "0.75 * acc + 0.25 * fmt",
+        "graders": {"acc": sc("eq"), "fmt": sc("like", ref="{{ item.unit }}")},
+    }
     g = load_grader(spec)
     grade = g.grade("42 km", {"answer": "42 km", "unit": "km"})
     assert grade.reward == 1.0 and grade.success and grade.sub_rewards == {"acc": 1.0, "fmt": 1.0}
@@ -193,10 +216,18 @@ def test_combine_python_functions() -> None:
 
 
 def test_summarize_grades_counts_errors_per_grader() -> None:
-    g = load_grader({"type": "multi", "calculate_output": "(acc + fmt) / 2",
-                     "graders": {"acc": sc("eq"), "fmt": sc("like", ref="{{ item.unit }}")}})
-    grades = [g.grade("1 km", {"answer": "1 km", "unit": "km"}), g.grade("2", {"answer": "1 km", "unit": "km"}),
-              g.grade("1 km", {"answer": "1 km"})]
+    g = load_grader(
+        {
+            "type": "multi",
+            "calculate_output": "(acc + fmt) / 2",
+            "graders": {"acc": sc("eq"), "fmt": sc("like", ref="{{ item.unit }}")},
+        }
+    )
+    grades = [
+        g.grade("1 km", {"answer": "1 km", "unit": "km"}),
+        g.grade("2", {"answer": "1 km", "unit": "km"}),
+        g.grade("1 km", {"answer": "1 km"}),
+    ]
     s = summarize_grades(grades)
     assert s["n"] == 3 and s["reward_mean"] == pytest.approx(1 / 3)
     assert s["success_rate"] == pytest.approx(1 / 3)

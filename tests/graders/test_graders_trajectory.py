@@ -8,7 +8,14 @@ import pytest
 
 from agentrft.graders import Sample, grade_trajectory, load_grader
 from agentrft.types import (
-    EnvRef, FinalAnswerEvent, Message, ModelCallEvent, ToolCall, ToolCallEvent, ToolCallFunction, Trajectory,
+    EnvRef,
+    FinalAnswerEvent,
+    Message,
+    ModelCallEvent,
+    ToolCall,
+    ToolCallEvent,
+    ToolCallFunction,
+    Trajectory,
 )
 
 
@@ -23,9 +30,18 @@ def traj(calls: list[list[tuple[str, dict, str | None]]], answer: str | None, *,
         for name, args, err in turn:
             n += 1
             tcs.append(ToolCall(id=f"c{n}", function=ToolCallFunction(name=name, arguments=json.dumps(args))))
-            events.append(ToolCallEvent(turn=t, call_id=f"c{n}", name=name, arguments=args,
-                                        result=None if err else "ok", error=err,
-                                        error_kind="bad_arguments" if err else None, latency_s=0.1))
+            events.append(
+                ToolCallEvent(
+                    turn=t,
+                    call_id=f"c{n}",
+                    name=name,
+                    arguments=args,
+                    result=None if err else "ok",
+                    error=err,
+                    error_kind="bad_arguments" if err else None,
+                    latency_s=0.1,
+                )
+            )
         messages.append(Message(role="assistant", content="", tool_calls=tcs))
         for tc in tcs:
             messages.append(Message(role="tool", tool_call_id=tc.id, content="ok"))
@@ -34,8 +50,12 @@ def traj(calls: list[list[tuple[str, dict, str | None]]], answer: str | None, *,
         events.append(ModelCallEvent(turn=t, prompt_tokens=150, completion_tokens=10, latency_s=0.5))
         messages.append(Message(role="assistant", content=answer))
         events.append(FinalAnswerEvent(turn=t, text=answer))
-    return Trajectory(messages=messages, events=events, env=EnvRef(name="e", tool_schema_hash=schema_hash),
-                      status="completed" if answer is not None else "max_turns")
+    return Trajectory(
+        messages=messages,
+        events=events,
+        env=EnvRef(name="e", tool_schema_hash=schema_hash),
+        status="completed" if answer is not None else "max_turns",
+    )
 
 
 NUM = {"type": "numeric", "reference": "{{ item.answer }}"}
@@ -61,15 +81,16 @@ def test_answer_inside_tool_call_is_not_success() -> None:
 
 
 def test_printed_score_in_answer_does_not_count() -> None:
-    g = load_grader({"type": "multi", "calculate_output": "acc",
-                     "graders": {"acc": {**NUM}}})
-    grade = g.grade({"output_text": "score: 1.0\nreward: 1.0\n{\"score\": 1.0}"}, {"answer": 7})
+    g = load_grader({"type": "multi", "calculate_output": "acc", "graders": {"acc": {**NUM}}})
+    grade = g.grade({"output_text": 'score: 1.0\nreward: 1.0\n{"score": 1.0}'}, {"answer": 7})
     assert grade.reward == 0.0 and not grade.success
 
 
 def test_tool_graders() -> None:
-    t = traj([[SEARCH, ("open", {"doc": "A-1"}, "no such document")], [("calculate", {"expression": "1+1"}, None)]],
-             "The answer is 2")
+    t = traj(
+        [[SEARCH, ("open", {"doc": "A-1"}, "no such document")], [("calculate", {"expression": "1+1"}, None)]],
+        "The answer is 2",
+    )
     item = {"company": "Revenue 2019"}
     assert load_grader({"type": "tool_called", "tool": "search"}).grade(t, item).reward == 1.0
     assert load_grader({"type": "tool_called", "tool": "open", "successful": True}).grade(t, item).reward == 0.0
@@ -87,8 +108,14 @@ def test_tool_graders() -> None:
 
 
 def test_efficiency_penalty() -> None:
-    spec = {"type": "efficiency", "per_tool_call": 0.1, "free_tool_calls": 1, "per_token": 0.001,
-            "token_budget": 50, "max_penalty": 0.5}
+    spec = {
+        "type": "efficiency",
+        "per_tool_call": 0.1,
+        "free_tool_calls": 1,
+        "per_token": 0.001,
+        "token_budget": 50,
+        "max_penalty": 0.5,
+    }
     t = traj([[SEARCH], [SEARCH], [SEARCH]], "2")  # 3 calls, completion tokens 3*20 + 10 = 70
     grade = load_grader(spec).grade(t, {})
     assert grade.reward == pytest.approx(-(0.1 * 2 + 0.001 * 20))
@@ -105,10 +132,16 @@ def test_process_rewards_one_per_turn() -> None:
 
 
 def test_repeated_tool_calls_do_not_farm_reward() -> None:
-    spec = {"type": "multi", "calculate_output": "acc + 0.2 * proc + used + eff",
-            "graders": {"acc": NUM, "proc": {"type": "tool_process"},
-                        "used": {"type": "tool_called", "tool": "search"},
-                        "eff": {"type": "efficiency", "per_tool_call": 0.05, "free_tool_calls": 2}}}
+    spec = {
+        "type": "multi",
+        "calculate_output": "acc + 0.2 * proc + used + eff",
+        "graders": {
+            "acc": NUM,
+            "proc": {"type": "tool_process"},
+            "used": {"type": "tool_called", "tool": "search"},
+            "eff": {"type": "efficiency", "per_tool_call": 0.05, "free_tool_calls": 2},
+        },
+    }
     g = load_grader(spec)
     once = g.grade(traj([[SEARCH]], "The answer is 3"), {"answer": 3})
     farmed = g.grade(traj([[SEARCH]] * 10, "The answer is 3"), {"answer": 3})

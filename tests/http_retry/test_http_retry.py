@@ -40,8 +40,9 @@ def run(script: Script, policy: RetryPolicy, seed: int = 0) -> tuple[httpx.Respo
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.MockTransport(script)) as client:
-            return await send_with_retries(lambda: client.post(URL, json={"x": 1}), policy, sleep=record,
-                                           rng=random.Random(seed))
+            return await send_with_retries(
+                lambda: client.post(URL, json={"x": 1}), policy, sleep=record, rng=random.Random(seed)
+            )
 
     return asyncio.run(go()), waits
 
@@ -51,9 +52,15 @@ def failure(kind: type[httpx.TransportError]) -> Exception:
 
 
 def test_transient_failures_are_retried_with_full_jitter_backoff() -> None:
-    script = Script(httpx.Response(503, text="busy"), httpx.Response(429), failure(httpx.ConnectError),
-                    failure(httpx.ReadTimeout), failure(httpx.RemoteProtocolError), httpx.Response(408),
-                    httpx.Response(200, json={"ok": True}))
+    script = Script(
+        httpx.Response(503, text="busy"),
+        httpx.Response(429),
+        failure(httpx.ConnectError),
+        failure(httpx.ReadTimeout),
+        failure(httpx.RemoteProtocolError),
+        httpx.Response(408),
+        httpx.Response(200, json={"ok": True}),
+    )
     policy = RetryPolicy(max_retries=6, backoff_s=0.5, max_backoff_s=4.0)
     response, waits = run(script, policy, seed=7)
     assert response.status_code == 200 and response.json() == {"ok": True} and script.requests == 7
@@ -72,12 +79,15 @@ def test_other_answers_come_back_at_once(status: int) -> None:
 
 def test_retry_after_seconds_and_date_are_honoured_up_to_the_cap() -> None:
     in_30s = email.utils.format_datetime(
-        datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30), usegmt=True)
-    script = Script(httpx.Response(429, headers={"Retry-After": "3"}),
-                    httpx.Response(503, headers={"Retry-After": in_30s}),
-                    httpx.Response(503, headers={"Retry-After": "7200"}),
-                    httpx.Response(503, headers={"Retry-After": "soon"}),
-                    httpx.Response(200))
+        datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30), usegmt=True
+    )
+    script = Script(
+        httpx.Response(429, headers={"Retry-After": "3"}),
+        httpx.Response(503, headers={"Retry-After": in_30s}),
+        httpx.Response(503, headers={"Retry-After": "7200"}),
+        httpx.Response(503, headers={"Retry-After": "soon"}),
+        httpx.Response(200),
+    )
     response, waits = run(script, RetryPolicy(max_retries=4, backoff_s=0.5, max_retry_after_s=60.0))
     assert response.status_code == 200
     assert waits[0] == 3.0
@@ -123,7 +133,14 @@ def test_parse_retry_after() -> None:
 
 def test_transient_statuses() -> None:
     assert [s for s in (200, 400, 404, 408, 409, 429, 500, 502, 503, 599) if is_transient_status(s)] == [
-        408, 409, 429, 500, 502, 503, 599]
+        408,
+        409,
+        429,
+        500,
+        502,
+        503,
+        599,
+    ]
 
 
 def test_policy_rejects_negative_values() -> None:

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from agentrft.envs.base import EnvLimits, Environment, Episode
+from agentrft.envs.base import Environment, EnvLimits, Episode
 from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.tools.base import ToolResult
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
@@ -83,8 +83,14 @@ class FakeSampler:
     policy = "fake-policy"
     policy_version = 3
 
-    def __init__(self, outputs: list[str] | None = None, template: Any = chatml, emit_eos: bool = True,
-                 delay_s: float = 0.0, fail_on: int | None = None) -> None:
+    def __init__(
+        self,
+        outputs: list[str] | None = None,
+        template: Any = chatml,
+        emit_eos: bool = True,
+        delay_s: float = 0.0,
+        fail_on: int | None = None,
+    ) -> None:
         self.outputs = list(outputs or [])
         self.template = template
         self.emit_eos = emit_eos
@@ -94,8 +100,12 @@ class FakeSampler:
         self.requests: list[SampleRequest] = []
         self.results: list[SampleResult] = []
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
         return encode(self.template(messages, tools, add_generation_prompt))
 
     def decode(self, ids: list[int]) -> str:
@@ -115,24 +125,36 @@ class FakeSampler:
         finish = "stop"
         cut = [(text.find(s) + len(s)) for s in request.params.stop if s in text]
         if cut:
-            text, finish = text[:min(cut)], "stop_string"
+            text, finish = text[: min(cut)], "stop_string"
         ids = encode_sampled(text)
         if len(ids) > request.params.max_tokens:
-            ids, finish = ids[:request.params.max_tokens], "length"
+            ids, finish = ids[: request.params.max_tokens], "length"
             text = decode(ids)
         elif finish == "stop" and self.emit_eos:
-            ids = ids + [EOS]
+            ids = [*ids, EOS]
         logprobs = [-0.01 * (k + 1) for k in range(len(ids))]
-        result = SampleResult(token_ids=ids, logprobs=logprobs, text=text, finish_reason=finish,  # type: ignore[arg-type]
-                              prompt_tokens=len(request.prompt_ids), completion_tokens=len(ids), latency_s=0.001)
+        result = SampleResult(
+            token_ids=ids,
+            logprobs=logprobs,
+            text=text,
+            finish_reason=finish,  # type: ignore[arg-type]
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(ids),
+            latency_s=0.001,
+        )
         self.results.append(result)
         return result
 
 
 def _schema(name: str, props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": {"type": "object", "properties": props,
-                                                            "required": list(props)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"the {name} tool",
+            "parameters": {"type": "object", "properties": props, "required": list(props)},
+        },
+    }
 
 
 TOOLS = [
@@ -159,7 +181,7 @@ class FakeEpisode(Episode):
             expr = str(arguments.get("expression", ""))
             if not re.fullmatch(r"[0-9+\-*/ .()]+", expr):
                 return ToolResult("Error: bad expression", error="bad", error_kind="bad_arguments")
-            return ToolResult(str(eval(expr)))  # noqa: S307 - digits and operators only
+            return ToolResult(str(eval(expr)))
         if name == "lookup":
             return ToolResult(json.dumps({"key": arguments.get("key"), "year": arguments.get("year"), "value": 7}))
         return ToolResult(f"Error: unknown tool {name}", error="unknown", error_kind="unknown_tool")
@@ -193,10 +215,12 @@ class FakeEnv(Environment):
         if not self._few_shot:
             return []
         call = ToolCall(id="ex1", function=ToolCallFunction(name="calculate", arguments='{"expression": "2 + 2"}'))
-        return [Message(role="user", content="What is 2 plus 2?"),
-                Message(role="assistant", content=None, tool_calls=[call]),
-                Message(role="tool", tool_call_id="ex1", content="4"),
-                Message(role="assistant", content="4")]
+        return [
+            Message(role="user", content="What is 2 plus 2?"),
+            Message(role="assistant", content=None, tool_calls=[call]),
+            Message(role="tool", tool_call_id="ex1", content="4"),
+            Message(role="assistant", content="4"),
+        ]
 
 
 def task(task_id: str = "t0", question: str = "What is 5829 minus 5735?", answer: str = "94") -> Task:

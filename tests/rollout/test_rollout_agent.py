@@ -16,8 +16,9 @@ PARAMS = SamplingParams(temperature=1.0, max_tokens=200)
 
 
 def play(sampler: FakeSampler, env: FakeEnv | None = None, fmt: str = "xml", **kw) -> Trajectory:
-    return asyncio.run(run_episode(env or FakeEnv(), sampler, task(), params=PARAMS, tool_format=fmt,
-                                   run_id="r1", group_id="g1", **kw))
+    return asyncio.run(
+        run_episode(env or FakeEnv(), sampler, task(), params=PARAMS, tool_format=fmt, run_id="r1", group_id="g1", **kw)
+    )
 
 
 def assert_tito(traj: Trajectory, sampler: FakeSampler) -> None:
@@ -25,16 +26,19 @@ def assert_tito(traj: Trajectory, sampler: FakeSampler) -> None:
     tok = traj.tokens
     assert tok is not None
     assert len(sampler.prompts) == len(sampler.results)
-    for prompt, result in zip(sampler.prompts, sampler.results):
-        assert tok.ids[:len(prompt)] == prompt
+    for prompt, result in zip(sampler.prompts, sampler.results, strict=True):
+        assert tok.ids[: len(prompt)] == prompt
         end = len(prompt) + len(result.token_ids)
-        assert tok.ids[len(prompt):end] == result.token_ids
-        assert tok.logprobs[len(prompt):end] == result.logprobs
+        assert tok.ids[len(prompt) : end] == result.token_ids
+        assert tok.logprobs[len(prompt) : end] == result.logprobs
     # loss_mask is 1 exactly on the sampled spans
-    sampled_positions = {p for prompt, r in zip(sampler.prompts, sampler.results)
-                         for p in range(len(prompt), len(prompt) + len(r.token_ids))}
+    sampled_positions = {
+        p
+        for prompt, r in zip(sampler.prompts, sampler.results, strict=True)
+        for p in range(len(prompt), len(prompt) + len(r.token_ids))
+    }
     assert {i for i, m in enumerate(tok.loss_mask) if m == 1} == sampled_positions
-    assert all(lp == 0.0 for lp, m in zip(tok.logprobs, tok.loss_mask) if m == 0)
+    assert all(lp == 0.0 for lp, m in zip(tok.logprobs, tok.loss_mask, strict=True) if m == 0)
 
 
 def test_tool_call_then_final_answer() -> None:
@@ -67,7 +71,7 @@ def test_token_delta_text_and_turn_indices() -> None:
     tok = traj.tokens
     first_prompt, second_prompt = sampler.prompts
     # the sampler stopped at the stop string, so the delta closes the turn with <|im_end|>\n itself
-    delta = second_prompt[len(first_prompt) + len(sampler.results[0].token_ids):]
+    delta = second_prompt[len(first_prompt) + len(sampler.results[0].token_ids) :]
     assert decode(delta) == "<|im_end|>\n<|im_start|>tool\n3<|im_end|>\n<|im_start|>assistant\n"
     n0 = len(first_prompt)
     n1 = n0 + len(sampler.results[0].token_ids)
@@ -100,15 +104,20 @@ def test_eos_overlap_when_no_stop_string() -> None:
     sampler = NoStop(["<calculate>2 * 3</calculate>", "6"])
     traj = play(sampler)
     assert sampler.results[0].token_ids[-1] == EOS
-    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids):]
+    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids) :]
     assert decode(delta) == "\n<|im_start|>tool\n6<|im_end|>\n<|im_start|>assistant\n"
     assert_tito(traj, sampler)
 
 
 def test_non_append_only_template_keeps_sampled_tokens() -> None:
-    sampler = FakeSampler(["<think>subtract</think><calculate>5829 - 5735</calculate>",
-                           "<think>now the answer</think><calculate>94 * 1</calculate>", "answer: 94"],
-                          template=rewriting)
+    sampler = FakeSampler(
+        [
+            "<think>subtract</think><calculate>5829 - 5735</calculate>",
+            "<think>now the answer</think><calculate>94 * 1</calculate>",
+            "answer: 94",
+        ],
+        template=rewriting,
+    )
     traj = play(sampler)
     assert traj.status == "completed" and traj.final_answer == "answer: 94"
     assert_tito(traj, sampler)
@@ -121,7 +130,7 @@ def test_non_append_only_template_keeps_sampled_tokens() -> None:
     assert rerendered != sampler.prompts[-1]
     # sampled ids use tokens ("calculate" as one id) that the template's own encoding never produces
     assert 900 in traj.tokens.ids and 900 not in encode(decode(traj.tokens.ids))
-    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids):]
+    delta = sampler.prompts[1][len(sampler.prompts[0]) + len(sampler.results[0].token_ids) :]
     assert decode(delta) == "<|im_end|>\n<|im_start|>user\n<r>94</r><|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -234,8 +243,10 @@ def test_native_format_requires_template_tool_support() -> None:
             body.append({"role": m["role"], "content": (m.get("content") or "") + calls})
         return head + chatml(body, None, gen)
 
-    sampler = FakeSampler(['<tool_call>{"name": "calculate", "arguments": {"expression": "3 - 1"}}</tool_call>', "2"],
-                          template=tool_template)
+    sampler = FakeSampler(
+        ['<tool_call>{"name": "calculate", "arguments": {"expression": "3 - 1"}}</tool_call>', "2"],
+        template=tool_template,
+    )
     traj = play(sampler, fmt="native")
     assert traj.status == "completed" and traj.tool_calls[0].result == "2"
     assert decode(sampler.prompts[0]).startswith("<|im_start|>system\ntools: ['calculate', 'lookup']")
@@ -256,9 +267,11 @@ class FakeChat:
         from agentrft.samplers.base import ChatResult
 
         call = {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "2+2"}'}}
-        self.replies = [ChatResult({"role": "assistant", "content": None, "tool_calls": [call]}, "stop", 10, 5),
-                        ChatResult({"role": "assistant", "content": "<calculate>4 * 2</calculate>"}, "stop", 20, 6),
-                        ChatResult({"role": "assistant", "content": "8"}, "stop", 30, 1)]
+        self.replies = [
+            ChatResult({"role": "assistant", "content": None, "tool_calls": [call]}, "stop", 10, 5),
+            ChatResult({"role": "assistant", "content": "<calculate>4 * 2</calculate>"}, "stop", 20, 6),
+            ChatResult({"role": "assistant", "content": "8"}, "stop", 30, 1),
+        ]
         self.seen: list[list[dict]] = []
 
     async def chat(self, messages, tools, params):

@@ -12,8 +12,14 @@ from agentrft.types import Message, ToolCall, ToolCallFunction
 
 
 def _assistant(*calls: tuple[str, dict], content: str | None = None) -> Message:
-    return Message(role="assistant", content=content, tool_calls=[
-        ToolCall(id=f"c{i}", function=ToolCallFunction(name=n, arguments=json.dumps(a))) for i, (n, a) in enumerate(calls)])
+    return Message(
+        role="assistant",
+        content=content,
+        tool_calls=[
+            ToolCall(id=f"c{i}", function=ToolCallFunction(name=n, arguments=json.dumps(a)))
+            for i, (n, a) in enumerate(calls)
+        ],
+    )
 
 
 def _calls(parsed) -> list[tuple[str, dict]]:
@@ -46,11 +52,14 @@ def test_xml_json_body_accepted_for_string_tool_and_unknown_tags_are_text() -> N
     assert (final.content, final.tool_calls, final.errors, final.has_calls) == ("The answer is 94.", [], [], False)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ('<lookup>{"key": "revenue", </lookup>', "not valid JSON"),
-    ("<lookup>revenue 2019</lookup>", "takes a JSON object"),
-    ("<calculate>5829 - ", "not closed"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ('<lookup>{"key": "revenue", </lookup>', "not valid JSON"),
+        ("<lookup>revenue 2019</lookup>", "takes a JSON object"),
+        ("<calculate>5829 - ", "not closed"),
+    ],
+)
 def test_xml_malformed_calls_are_parse_errors(text: str, needle: str) -> None:
     parsed = make_format("xml", TOOLS).parse(text)
     assert parsed.tool_calls == []
@@ -80,17 +89,22 @@ def test_hermes_round_trip_two_calls() -> None:
 
 def test_hermes_double_encoded_arguments_and_parameters_key() -> None:
     fmt = make_format("hermes", TOOLS)
-    p = fmt.parse('<tool_call>{"name": "calculate", "arguments": "{\\"expression\\": \\"3\\"}"}</tool_call>'
-                  '<tool_call>{"name": "lookup", "parameters": {"key": "a"}}</tool_call>')
+    p = fmt.parse(
+        '<tool_call>{"name": "calculate", "arguments": "{\\"expression\\": \\"3\\"}"}</tool_call>'
+        '<tool_call>{"name": "lookup", "parameters": {"key": "a"}}</tool_call>'
+    )
     assert _calls(p) == [("calculate", {"expression": "3"}), ("lookup", {"key": "a"})]
 
 
-@pytest.mark.parametrize("body,needle", [
-    ('{"name": "calculate", "arguments": {', "not valid JSON"),
-    ('["calculate"]', "must be a JSON object"),
-    ('{"arguments": {}}', "must be a JSON object"),
-    ('{"name": "calculate", "arguments": 5}', '"arguments"'),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ('{"name": "calculate", "arguments": {', "not valid JSON"),
+        ('["calculate"]', "must be a JSON object"),
+        ('{"arguments": {}}', "must be a JSON object"),
+        ('{"name": "calculate", "arguments": 5}', '"arguments"'),
+    ],
+)
 def test_hermes_malformed(body: str, needle: str) -> None:
     parsed = make_format("hermes", TOOLS).parse(f"<tool_call>{body}</tool_call>")
     assert parsed.tool_calls == [] and len(parsed.errors) == 1 and needle in parsed.errors[0]
@@ -105,7 +119,8 @@ def test_native_has_no_instructions_and_parses_hermes() -> None:
     fmt = make_format("native", TOOLS)
     assert fmt.native and fmt.render_tool_instructions(TOOLS) == ""
     assert _calls(fmt.parse('<tool_call>{"name": "calculate", "arguments": {"expression": "1"}}</tool_call>')) == [
-        ("calculate", {"expression": "1"})]
+        ("calculate", {"expression": "1"})
+    ]
 
 
 def test_unknown_format_lists_valid_names() -> None:

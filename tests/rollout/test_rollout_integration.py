@@ -36,8 +36,15 @@ def test_tiny_policy_on_finqa_lite_keeps_token_invariant(tool_format: str, tmp_p
 
     sampler.sample = recording  # type: ignore[method-assign]
     store = Store(tmp_path / "t.db")
-    runner = Runner(env, sampler, store=store, tool_format=tool_format, progress=False, max_concurrency=4,
-                    params=SamplingParams(temperature=1.0, max_tokens=24))  # unseeded: the G samples of a task must differ
+    runner = Runner(
+        env,
+        sampler,
+        store=store,
+        tool_format=tool_format,
+        progress=False,
+        max_concurrency=4,
+        params=SamplingParams(temperature=1.0, max_tokens=24),
+    )  # unseeded: the G samples of a task must differ
     trajs = runner.run_sync(tasks, 2, run_id="it")
     assert len(trajs) == 4 and runner.stats.store_errors == []
     for traj in trajs:
@@ -45,7 +52,7 @@ def test_tiny_policy_on_finqa_lite_keeps_token_invariant(tool_format: str, tmp_p
         assert tok is not None and traj.status in ("completed", "max_turns", "truncated")
         assert store.get_trajectory(traj.id).tokens == tok
         # every sampler call of this episode: its prompt is a prefix of the record, followed by its output
-        mine = [(p, s) for p, s in seen if tok.ids[:len(p)] == p and tok.ids[len(p):len(p) + len(s)] == s]
+        mine = [(p, s) for p, s in seen if tok.ids[: len(p)] == p and tok.ids[len(p) : len(p) + len(s)] == s]
         assert sum(tok.loss_mask) == sum(len(s) for _, s in mine)
         assert len(mine) == sum(1 for e in traj.events if e.type == "model_call")
     # the first prompt is exactly the chat template's rendering of the opening messages
@@ -56,7 +63,7 @@ def test_tiny_policy_on_finqa_lite_keeps_token_invariant(tool_format: str, tmp_p
     t0 = trajs[0]
     opening = t0.messages[: len(env.initial_messages(tasks[0]))]
     first = sampler.render([to_render(m, fmt) for m in opening], None, True)
-    assert t0.tokens.ids[:len(first)] == first
+    assert t0.tokens.ids[: len(first)] == first
     store.close()
 
 
@@ -86,7 +93,7 @@ def test_scripted_outputs_through_smollm2_template() -> None:
             ids = tok.encode(text, add_special_tokens=False)
             finish = "stop_string"
             if not text.endswith("</calculate>"):
-                ids, finish = ids + [tok.eos_token_id], "stop"
+                ids, finish = [*ids, tok.eos_token_id], "stop"
             return SampleResult(ids, [-0.5] * len(ids), text, finish, len(request.prompt_ids), len(ids))
 
     sampler = Scripted()
@@ -95,9 +102,11 @@ def test_scripted_outputs_through_smollm2_template() -> None:
     result = traj.tool_calls[0].result
     text = real.decode(traj.tokens.ids)
     first = real.decode(sampler.prompts[0])
-    assert text == (first + f"<calculate>{program}</calculate><|im_end|>\n<|im_start|>tool\n{result}<|im_end|>\n"
-                    "<|im_start|>assistant\nThe answer is 42.<|im_end|>")
-    assert traj.tokens.ids[:len(sampler.prompts[1])] == sampler.prompts[1]
+    assert text == (
+        first + f"<calculate>{program}</calculate><|im_end|>\n<|im_start|>tool\n{result}<|im_end|>\n"
+        "<|im_start|>assistant\nThe answer is 42.<|im_end|>"
+    )
+    assert traj.tokens.ids[: len(sampler.prompts[1])] == sampler.prompts[1]
 
 
 def asyncio_run(coro):
@@ -117,8 +126,23 @@ def test_cli_rollout_json(tmp_path) -> None:
     from agentrft.store import Store
 
     db = tmp_path / "r.db"
-    r = CliRunner().invoke(app, ["rollout", "--policy", "tiny", "--tasks", "2", "--samples", "2", "--max-tokens", "8",
-                                 "--db", str(db), "--json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "rollout",
+            "--policy",
+            "tiny",
+            "--tasks",
+            "2",
+            "--samples",
+            "2",
+            "--max-tokens",
+            "8",
+            "--db",
+            str(db),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output.strip().splitlines()[-1])
     assert summary["episodes"] == 4 and summary["generated_tokens"] > 0 and summary["store_errors"] == []

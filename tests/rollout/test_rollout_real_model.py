@@ -16,8 +16,13 @@ def test_smollm2_plays_finqa_lite_level1_greedy() -> None:
 
     env = make_env("finqa-lite:1")
     sampler = load_policy("smollm2-135m")
-    runner = Runner(env, sampler, grader=load_grader(env.grader_spec()),
-                    params=SamplingParams(temperature=0.0, max_tokens=48), progress=False)
+    runner = Runner(
+        env,
+        sampler,
+        grader=load_grader(env.grader_spec()),
+        params=SamplingParams(temperature=0.0, max_tokens=48),
+        progress=False,
+    )
     trajs = runner.run_sync(env.tasks("held-out")[:6], 1, run_id="real")
     for t in trajs:
         assert t.tokens is not None and t.grade is not None

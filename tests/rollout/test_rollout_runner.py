@@ -12,7 +12,7 @@ from agentrft.envs.base import EnvLimits
 from agentrft.graders import Grader, Sample, Score
 from agentrft.rollout.runner import Runner
 from agentrft.samplers.base import SampleRequest, SamplingParams
-from agentrft.types import Grade, Trajectory
+from agentrft.types import Trajectory
 
 
 class ReactiveSampler(FakeSampler):
@@ -80,8 +80,15 @@ def test_n_by_g_episodes_groups_grades_and_store() -> None:
     rng = random.Random(0)
     env = FakeEnv(tool_delay=lambda t: rng.uniform(0.0, 0.05))
     store = RecordingStore(sampler)
-    runner = Runner(env, sampler, store=store, grader=AnswerGrader(), max_concurrency=8, progress=False,
-                    params=SamplingParams(max_tokens=64))
+    runner = Runner(
+        env,
+        sampler,
+        store=store,
+        grader=AnswerGrader(),
+        max_concurrency=8,
+        progress=False,
+        params=SamplingParams(max_tokens=64),
+    )
     trajs = runner.run_sync(_tasks(4), 3, run_id="run-1", policy_version=5)
     assert len(trajs) == 12
     assert [t.task_id for t in trajs] == [f"t{i}" for i in range(4) for _ in range(3)]

@@ -8,10 +8,10 @@ import pytest
 from rollout_fakes import TOOLS, FakeSampler, decode
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from agentrft.rollout.serve import create_app  # noqa: E402
-from agentrft.types import Trajectory  # noqa: E402
+from agentrft.rollout.serve import create_app
+from agentrft.types import Trajectory
 
 
 class ListStore:
@@ -63,7 +63,9 @@ def test_tool_call_round_trip_and_continuation() -> None:
     r2 = c.post("/v1/chat/completions", json={"messages": follow, "tools": TOOLS})
     assert r2.json()["choices"][0]["message"]["content"] == "94"
     # the client's assistant tool call is rendered back in the xml format
-    assert "<|im_start|>assistant\nLet me see\n<calculate>5829 - 5735</calculate><|im_end|>" in decode(sampler.prompts[1])
+    assert "<|im_start|>assistant\nLet me see\n<calculate>5829 - 5735</calculate><|im_end|>" in decode(
+        sampler.prompts[1]
+    )
     assert len(store.trajs) == 2 and store.trajs[0].group_id == store.trajs[1].group_id
     assert store.trajs[1].tokens.turn == [1] * len(store.trajs[1].tokens.ids)
 
@@ -82,19 +84,22 @@ def test_api_key() -> None:
     assert r.status_code == 200 and sampler.prompts
 
 
-@pytest.mark.parametrize("payload,param", [
-    ({}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": "hello"}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
-    ({"messages": [{"content": "hi"}]}, "messages.0.role"),
-    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
-    ({"messages": USER, "temperature": "hot"}, "temperature"),
-    ({"messages": USER, "max_tokens": 0}, "max_tokens"),
-    ({"messages": USER, "n": 2}, "n"),
-    ({"messages": USER, "stream": True}, "stream"),
-    ({"messages": USER, "tools": "calculate"}, "tools"),
-])
+@pytest.mark.parametrize(
+    "payload,param",
+    [
+        ({}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hello"}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+        ({"messages": [{"content": "hi"}]}, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+        ({"messages": USER, "temperature": "hot"}, "temperature"),
+        ({"messages": USER, "max_tokens": 0}, "max_tokens"),
+        ({"messages": USER, "n": 2}, "n"),
+        ({"messages": USER, "stream": True}, "stream"),
+        ({"messages": USER, "tools": "calculate"}, "tools"),
+    ],
+)
 def test_malformed_requests_are_400(payload: dict, param: str) -> None:
     c, sampler, store = client(["never"])
     r = c.post("/v1/chat/completions", json=payload)

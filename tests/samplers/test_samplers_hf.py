@@ -11,7 +11,6 @@ import torch
 from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler, TrainablePolicy
 from agentrft.samplers.distribution import top_p_drop
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.hf_prefill import _prefill_chunks
 from agentrft.samplers.hf_decode import (
     DecodeSpec,
     RowState,
@@ -20,6 +19,7 @@ from agentrft.samplers.hf_decode import (
     generate_batch,
     make_generator,
 )
+from agentrft.samplers.hf_prefill import _prefill_chunks
 from agentrft.samplers.policies import PolicyError, load_policy, tiny_model_and_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -37,11 +37,11 @@ def prompt(sampler: HFSampler) -> list[int]:
     return sampler.render([{"role": "user", "content": "What is 2+2?"}])
 
 
-def run(coro):  # noqa: ANN001, ANN201 - tiny helper
+def run(coro):
     return asyncio.run(coro)
 
 
-async def _gather(s: HFSampler, reqs: list[SampleRequest]):  # noqa: ANN202
+async def _gather(s: HFSampler, reqs: list[SampleRequest]):
     return await asyncio.gather(*(s.sample(r) for r in reqs))
 
 
@@ -54,12 +54,20 @@ def test_is_a_trainable_policy(sampler: HFSampler) -> None:
 
 
 def test_render_and_decode(sampler: HFSampler) -> None:
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
-                                                                   "function": {"name": "f", "arguments": "{}"}}]}]
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+    ]
     ids = sampler.render(msgs, add_generation_prompt=False)
     assert msgs[2]["content"] is None  # input left untouched
-    expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+    expected = (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+    )
     assert sampler.decode(ids) == expected
     with_prompt = sampler.render(msgs[:2])
     assert sampler.decode(with_prompt).endswith("<|im_start|>assistant\n")
@@ -72,19 +80,31 @@ def test_render_and_decode(sampler: HFSampler) -> None:
 def test_greedy_matches_model_generate(sampler: HFSampler, prompt: list[int]) -> None:
     res = run(sampler.sample(SampleRequest(prompt, GREEDY)))
     with torch.no_grad():
-        ref = sampler.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                     max_new_tokens=12, do_sample=False, eos_token_id=None)
-    assert res.token_ids == ref[0, len(prompt):].tolist()
+        ref = sampler.model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=None,
+        )
+    assert res.token_ids == ref[0, len(prompt) :].tolist()
     assert res.finish_reason == "length" and res.completion_tokens == 12 and res.prompt_tokens == len(prompt)
     assert res.text == sampler.decode(res.token_ids)
     assert res.latency_s > 0
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.7, top_k=50, top_p=0.9, max_tokens=10, seed=1),
-                                    SamplingParams(temperature=1.3, max_tokens=10, seed=2),
-                                    SamplingParams(temperature=1.0, top_p=0.3, max_tokens=10, seed=3), GREEDY])
-def test_logprobs_are_those_of_the_sampled_distribution(sampler: HFSampler, prompt: list[int],
-                                                        params: SamplingParams) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.7, top_k=50, top_p=0.9, max_tokens=10, seed=1),
+        SamplingParams(temperature=1.3, max_tokens=10, seed=2),
+        SamplingParams(temperature=1.0, top_p=0.3, max_tokens=10, seed=3),
+        GREEDY,
+    ],
+)
+def test_logprobs_are_those_of_the_sampled_distribution(
+    sampler: HFSampler, prompt: list[int], params: SamplingParams
+) -> None:
     """What the sampler reports is what the trainer recomputes (`train.logprobs`, same `Distribution`);
     greedy reports the raw model's log-probs."""
     from agentrft.samplers.distribution import Distribution
@@ -98,10 +118,10 @@ def test_logprobs_are_those_of_the_sampled_distribution(sampler: HFSampler, prom
     with torch.no_grad():
         expected, _ = sampled_logprobs(sampler.model, full, torch.ones_like(full), mask, dist=dist)
         raw = torch.log_softmax(sampler.model(full).logits[0].float(), dim=-1)
-    expected = expected[0, len(prompt):]
+    expected = expected[0, len(prompt) :]
     assert torch.allclose(torch.tensor(res.logprobs), expected, atol=1e-4, rtol=0)
     assert len(res.logprobs) == n
-    raw = raw[len(prompt) - 1:len(prompt) - 1 + n].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    raw = raw[len(prompt) - 1 : len(prompt) - 1 + n].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
     if params.temperature != 1.0 and not params.greedy:  # the tempered distribution is not the raw one
         assert not torch.allclose(torch.tensor(res.logprobs), raw, atol=1e-2)
 
@@ -112,10 +132,10 @@ def test_concurrent_batch_equals_one_at_a_time(sampler: HFSampler, prompt: list[
     before = dict(sampler.stats)
     together = run(_gather(sampler, reqs))
     assert sampler.stats["admissions"] - before["admissions"] == 1  # admitted together
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=True):
         assert a.token_ids == b.token_ids
         assert a.finish_reason == b.finish_reason == "length"
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
     assert [len(b.token_ids) for b in together] == [4 + i for i in range(8)]
 
 
@@ -126,9 +146,9 @@ def test_group_prefix_sharing_equals_unshared(sampler: HFSampler, prompt: list[i
     got = run(_gather(sampler, shared))
     assert sampler.stats["prefills"] - before["prefills"] == 1  # one prefill for the group of 5
     alone = [run(sampler.sample(SampleRequest(prompt, p))) for p in params]
-    for a, b in zip(alone, got):
+    for a, b in zip(alone, got, strict=True):
         assert a.token_ids == b.token_ids
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
     assert len({tuple(r.token_ids) for r in got[:4]}) > 1  # different seeds, different samples
 
 
@@ -137,8 +157,11 @@ def test_stop_string_ends_and_is_kept(sampler: HFSampler, prompt: list[int]) -> 
     stop = sampler.decode(full.token_ids[4:5]).strip()
     assert stop
     k = next(k for k in range(1, 13) if stop in sampler.decode(full.token_ids[:k]))
-    res = run(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=12,
-                                                                     stop=["never-there", stop]))))
+    res = run(
+        sampler.sample(
+            SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=12, stop=["never-there", stop]))
+        )
+    )
     assert res.finish_reason == "stop_string"
     assert res.token_ids == full.token_ids[:k]
     assert stop in res.text and res.text == sampler.decode(res.token_ids)
@@ -162,7 +185,7 @@ def test_seed_determinism_regardless_of_batch(sampler: HFSampler, prompt: list[i
     p = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=10, seed=1234)
     a = run(sampler.sample(SampleRequest(prompt, p)))
     b = run(sampler.sample(SampleRequest(prompt, p)))
-    others = [SampleRequest(prompt[:20 + i], SamplingParams(temperature=1.0, max_tokens=6)) for i in range(5)]
+    others = [SampleRequest(prompt[: 20 + i], SamplingParams(temperature=1.0, max_tokens=6)) for i in range(5)]
     c = run(_gather(sampler, [*others, SampleRequest(prompt, p)]))[-1]
     d = run(sampler.sample(SampleRequest(prompt, p.model_copy(update={"seed": 99}))))
     assert a.token_ids == b.token_ids == c.token_ids
@@ -213,7 +236,7 @@ def test_training_mode_restored(sampler: HFSampler, prompt: list[int]) -> None:
         sampler.model.eval()
 
 
-def test_hf_local_checkpoint_roundtrip(sampler: HFSampler, prompt: list[int], tmp_path) -> None:  # noqa: ANN001
+def test_hf_local_checkpoint_roundtrip(sampler: HFSampler, prompt: list[int], tmp_path) -> None:
     sampler.model.save_pretrained(tmp_path)
     sampler.tokenizer.save_pretrained(tmp_path)
     again = load_policy(f"hf:{tmp_path}")
@@ -229,8 +252,9 @@ def test_continuous_batching_admits_and_returns_early(sampler: HFSampler, prompt
 
     async def scenario() -> None:
         steps = sampler.stats["steps"]
-        long = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0,
-                                                                                        max_tokens=300))))
+        long = asyncio.ensure_future(
+            sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=300)))
+        )
         while sampler.stats["steps"] < steps + 2:  # the long request is decoding
             await asyncio.sleep(0.001)
         admissions = sampler.stats["admissions"]
@@ -238,7 +262,7 @@ def test_continuous_batching_admits_and_returns_early(sampler: HFSampler, prompt
         assert not long.done()  # joined the running batch and came back first
         assert sampler.stats["admissions"] == admissions + 1
         assert got.token_ids == alone.token_ids
-        assert max(abs(x - y) for x, y in zip(got.logprobs, alone.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(got.logprobs, alone.logprobs, strict=True)) < 1e-4
         assert len((await long).token_ids) == 300
 
     run(scenario())
@@ -258,8 +282,9 @@ def test_paused_holds_requests_back(sampler: HFSampler, prompt: list[int]) -> No
 def test_abandoned_request_is_dropped(sampler: HFSampler, prompt: list[int]) -> None:
     async def scenario() -> None:
         steps = sampler.stats["steps"]
-        task = asyncio.ensure_future(sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0,
-                                                                                        max_tokens=5000))))
+        task = asyncio.ensure_future(
+            sampler.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=5000)))
+        )
         while sampler.stats["steps"] < steps + 2:
             await asyncio.sleep(0.001)
         task.cancel()
@@ -276,7 +301,7 @@ def test_failed_step_fails_its_requests_only(prompt: list[int]) -> None:
     model, tok = tiny_model_and_tokenizer(seed=0)
     s = HFSampler(model, tok, "tiny")
 
-    def boom(module, args):  # noqa: ANN001, ANN202
+    def boom(module, args):
         raise RuntimeError("disk on fire")
 
     hook = model.register_forward_pre_hook(boom)
@@ -304,7 +329,7 @@ def test_reseed_makes_unseeded_sampling_reproducible(sampler: HFSampler, prompt:
 
 
 # --- the decode layout: a group's prompt KV is stored once, its samples are slots of one cache row ---
-def _alone(model, req: SampleRequest, seed: int):  # noqa: ANN001, ANN202
+def _alone(model, req: SampleRequest, seed: int):
     spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
     row = RowState(req.params, make_generator(req.params, torch.device("cpu"), seed))
     generate_batch(model, [req], [row], spec, torch.device("cpu"))
@@ -318,7 +343,7 @@ def _drain(batch: RunningBatch) -> None:
 
 def _assert_same(got: RowState, ref: RowState) -> None:
     assert got.token_ids == ref.token_ids
-    assert max(abs(x - y) for x, y in zip(got.logprobs, ref.logprobs)) < 1e-4
+    assert max(abs(x - y) for x, y in zip(got.logprobs, ref.logprobs, strict=True)) < 1e-4
 
 
 def test_slot_width_groups_samples_and_avoids_dummy_slots() -> None:
@@ -336,7 +361,9 @@ def test_group_prompt_is_stored_once_and_decodes_as_alone(sampler: HFSampler, pr
     other = [SampleRequest(prompt[:20], SamplingParams(temperature=1.0, max_tokens=7 - i)) for i in range(4)]
     reqs = group + other
     seeds = list(range(100, 100 + len(reqs)))
-    rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), s)) for r, s in zip(reqs, seeds)]
+    rows = [
+        RowState(r.params, make_generator(r.params, torch.device("cpu"), s)) for r, s in zip(reqs, seeds, strict=True)
+    ]
     batch = RunningBatch(model, spec, torch.device("cpu"))
     with torch.inference_mode():
         batch.admit(reqs, rows)
@@ -347,7 +374,9 @@ def test_group_prompt_is_stored_once_and_decodes_as_alone(sampler: HFSampler, pr
         batch.step()
         assert batch.shape[1] == 4 and batch.shape[2] == len(prompt) + 2 * 4  # each slot adds its own column
         _drain(batch)
-        for row, req, seed in zip(rows, reqs, seeds):  # members finished at different steps (slots renumbered)
+        for row, req, seed in zip(
+            rows, reqs, seeds, strict=True
+        ):  # members finished at different steps (slots renumbered)
             _assert_same(row, _alone(model, req, seed))
 
 
@@ -355,7 +384,7 @@ def test_rows_joining_a_wider_batch_decode_as_alone(sampler: HFSampler, prompt: 
     model = sampler.model
     spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
     group = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=9)) for _ in range(4)]
-    late = [SampleRequest(prompt[:12 + 3 * i], SamplingParams(temperature=0.0, max_tokens=5)) for i in range(3)]
+    late = [SampleRequest(prompt[: 12 + 3 * i], SamplingParams(temperature=0.0, max_tokens=5)) for i in range(3)]
     g_rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), 7 + i)) for i, r in enumerate(group)]
     l_rows = [RowState(r.params, None) for r in late]
     batch = RunningBatch(model, spec, torch.device("cpu"))
@@ -366,7 +395,7 @@ def test_rows_joining_a_wider_batch_decode_as_alone(sampler: HFSampler, prompt: 
         batch.admit(late, l_rows)  # distinct prompts join rows 4 slots wide: they get dummy slots beside them
         assert batch.shape[:2] == (4, 4)
         _drain(batch)
-        for row, req, seed in zip(g_rows + l_rows, group + late, [7, 8, 9, 10, 0, 0, 0]):
+        for row, req, seed in zip(g_rows + l_rows, group + late, [7, 8, 9, 10, 0, 0, 0], strict=True):
             _assert_same(row, _alone(model, req, seed))
 
 
@@ -382,13 +411,14 @@ def test_eager_attention_gets_an_additive_mask(prompt: list[int]) -> None:
         batch.admit(reqs, rows)
         assert batch.shape[:2] == (1, 3)
         _drain(batch)
-        for i, (row, req) in enumerate(zip(rows, reqs)):
+        for i, (row, req) in enumerate(zip(rows, reqs, strict=True)):
             _assert_same(row, _alone(model, req, i))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_admissions_finishes_and_abandons_decode_as_alone(sampler: HFSampler, prompt: list[int],
-                                                                  seed: int) -> None:
+def test_random_admissions_finishes_and_abandons_decode_as_alone(
+    sampler: HFSampler, prompt: list[int], seed: int
+) -> None:
     import random
 
     rng = random.Random(seed)
@@ -410,7 +440,7 @@ def test_random_admissions_finishes_and_abandons_decode_as_alone(sampler: HFSamp
                     seeds.append(n)
                     n += 1
             batch.admit(reqs, rows)
-            done += list(zip(rows, reqs, seeds))
+            done += list(zip(rows, reqs, seeds, strict=True))
             for _ in range(rng.randint(0, 3)):
                 batch.step()
             if batch.rows and rng.random() < 0.5:  # a caller gives up
@@ -422,7 +452,7 @@ def test_random_admissions_finishes_and_abandons_decode_as_alone(sampler: HFSamp
     for row, req, s in done:
         ref = _alone(model, req, s)
         if any(row is r for r in abandoned):  # what it had so far is a prefix of its solo run
-            assert ref.token_ids[:len(row.token_ids)] == row.token_ids
+            assert ref.token_ids[: len(row.token_ids)] == row.token_ids
         else:
             _assert_same(row, ref)
 
@@ -442,6 +472,6 @@ def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list
         assert layer.keys.data_ptr() == buf.data_ptr() and layer.keys.shape[2] == len(prompt) + 2
         rows[0].params = rows[1].params = SamplingParams(temperature=0.0, max_tokens=40)  # beyond the planned room
         _drain(batch)
-    for row, req in zip(rows, reqs):
+    for row, req in zip(rows, reqs, strict=True):
         ref = _alone(model, SampleRequest(req.prompt_ids, SamplingParams(temperature=0.0, max_tokens=40)), 0)
         assert row.token_ids == ref.token_ids

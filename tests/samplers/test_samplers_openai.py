@@ -58,15 +58,32 @@ def test_plain_reply_is_eval_only() -> None:
     assert res.finish_reason == "stop" and res.prompt_tokens == 11 and res.completion_tokens == 2
     assert res.token_ids is None and res.extra["eval_only"] is True
     body = fake.requests[0]
-    assert body == {"model": "m", "messages": MSGS, "temperature": 0.0, "top_p": 1.0, "max_tokens": 5,
-                    "stop": ["\n"], "seed": 3}
+    assert body == {
+        "model": "m",
+        "messages": MSGS,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 5,
+        "stop": ["\n"],
+        "seed": 3,
+    }
 
 
 def test_tool_calls_and_vllm_token_ids() -> None:
-    calls = [{"id": "c", "type": "function", "function": {"name": "calc", "arguments": "{\"x\": 1}"}}]
+    calls = [{"id": "c", "type": "function", "function": {"name": "calc", "arguments": '{"x": 1}'}}]
     lp = {"content": [{"token": "token_id:17", "logprob": -0.5}, {"token": "token_id:2", "logprob": -0.25}]}
-    fake = Fake([(200, reply(message={"role": "assistant", "content": None, "tool_calls": calls},
-                             finish_reason="tool_calls", logprobs=lp))])
+    fake = Fake(
+        [
+            (
+                200,
+                reply(
+                    message={"role": "assistant", "content": None, "tool_calls": calls},
+                    finish_reason="tool_calls",
+                    logprobs=lp,
+                ),
+            )
+        ]
+    )
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
     res = asyncio.run(make(fake, token_ids=True).chat(MSGS, tools, PARAMS))
     assert res.message["tool_calls"] == calls and res.finish_reason == "stop"

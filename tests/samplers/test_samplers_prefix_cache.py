@@ -10,30 +10,32 @@ import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.prefix_cache import PrefixCache, SharedPrefix, common_prefix_len, shared_prefixes
 from agentrft.samplers.policies import tiny_model_and_tokenizer
+from agentrft.samplers.prefix_cache import PrefixCache, SharedPrefix, common_prefix_len, shared_prefixes
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
-SYSTEM = ("You are a careful financial analyst. Use the calculator tool for every arithmetic step, "
-          "then give the final answer on its own line. Example: revenue grew from 120 to 150, so the "
-          "growth is (150 - 120) / 120 = 25%. Example: costs fell from 80 to 60, a 25% decrease.")
+SYSTEM = (
+    "You are a careful financial analyst. Use the calculator tool for every arithmetic step, "
+    "then give the final answer on its own line. Example: revenue grew from 120 to 150, so the "
+    "growth is (150 - 120) / 120 = 25%. Example: costs fell from 80 to 60, a 25% decrease."
+)
 
 
 @pytest.fixture(scope="module")
-def model_tok():  # noqa: ANN201
+def model_tok():
     return tiny_model_and_tokenizer(seed=0)
 
 
-def make(model_tok, **kw) -> HFSampler:  # noqa: ANN001
+def make(model_tok, **kw) -> HFSampler:
     model, tok = model_tok
     return HFSampler(model, tok, "tiny", prefix_min_tokens=kw.pop("prefix_min_tokens", 16), **kw)
 
 
-def run(coro):  # noqa: ANN001, ANN201
+def run(coro):
     return asyncio.run(coro)
 
 
-async def _gather(s: HFSampler, reqs: list[SampleRequest]):  # noqa: ANN202
+async def _gather(s: HFSampler, reqs: list[SampleRequest]):
     return await asyncio.gather(*(s.sample(r) for r in reqs))
 
 
@@ -41,14 +43,19 @@ def prompts(s: HFSampler, questions: list[str]) -> list[list[int]]:
     return [s.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]) for q in questions]
 
 
-QUESTIONS = ["What was the growth of net income?", "Compute the margin for 2019.",
-             "By how much did debt fall?", "Ratio of assets to liabilities?", "What is 17% of 230?"]
+QUESTIONS = [
+    "What was the growth of net income?",
+    "Compute the margin for 2019.",
+    "By how much did debt fall?",
+    "Ratio of assets to liabilities?",
+    "What is 17% of 230?",
+]
 
 
-def assert_same(a, b) -> None:  # noqa: ANN001
+def assert_same(a, b) -> None:
     assert a.token_ids == b.token_ids
     assert a.finish_reason == b.finish_reason
-    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
 
 
 def test_helpers_hand_computed() -> None:
@@ -62,12 +69,15 @@ def test_helpers_hand_computed() -> None:
     assert shared_prefixes([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], 2) == [SharedPrefix(2, [0, 1], None)]
     # a tree: all four share 4 tokens; A, B share 8 (a child); C, D share 5 (extends the root by 1)
     a, b, c, d = (np.array([1] * 4 + t) for t in ([2, 2, 2, 2, 7], [2, 2, 2, 2, 8], [3, 3], [3, 4]))
-    assert shared_prefixes([d, b, c, a], 4) == [SharedPrefix(4, [0, 1, 2, 3], None), SharedPrefix(8, [1, 3], 0),
-                                                SharedPrefix(5, [0, 2], 0)]
+    assert shared_prefixes([d, b, c, a], 4) == [
+        SharedPrefix(4, [0, 1, 2, 3], None),
+        SharedPrefix(8, [1, 3], 0),
+        SharedPrefix(5, [0, 2], 0),
+    ]
     assert shared_prefixes([d, b, c, a], 8) == [SharedPrefix(8, [1, 3], None)]  # C, D share only 5
 
 
-def test_shared_prefix_equals_one_at_a_time(model_tok) -> None:  # noqa: ANN001
+def test_shared_prefix_equals_one_at_a_time(model_tok) -> None:
     cached = make(model_tok)
     plain = make(model_tok, prefix_cache_tokens=0)
     ps = prompts(cached, QUESTIONS)
@@ -82,18 +92,18 @@ def test_shared_prefix_equals_one_at_a_time(model_tok) -> None:  # noqa: ANN001
     assert g == min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps[1:])
     assert cached.stats["reused_tokens"] == 5 * g
     assert cached.stats["prefill_tokens"] == sum(map(len, ps)) - 4 * g
-    for a, b in zip(alone, got):
+    for a, b in zip(alone, got, strict=True):
         assert_same(a, b)
     # and both equal a full-sequence forward pass of the uncached model
     res = got[0]
     with torch.no_grad():
         logp = torch.log_softmax(cached.model(torch.tensor([ps[0] + res.token_ids])).logits[0], -1)
     n = len(ps[0])
-    ref = logp[n - 1:n - 1 + len(res.token_ids)].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    ref = logp[n - 1 : n - 1 + len(res.token_ids)].gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
     assert torch.allclose(torch.tensor(res.logprobs), ref, atol=1e-4, rtol=0)
 
 
-def test_cache_reused_across_rounds_and_turns(model_tok) -> None:  # noqa: ANN001
+def test_cache_reused_across_rounds_and_turns(model_tok) -> None:
     cached = make(model_tok)
     plain = make(model_tok, prefix_cache_tokens=0)
     ps = prompts(cached, QUESTIONS)
@@ -109,12 +119,12 @@ def test_cache_reused_across_rounds_and_turns(model_tok) -> None:  # noqa: ANN00
         assert_same(run(plain.sample(SampleRequest(p, GREEDY))), got)
     mixed = [SampleRequest(ps[4], GREEDY), SampleRequest(turn2[:-3], GREEDY), SampleRequest(ps[1][:30], GREEDY)]
     got = run(_gather(cached, mixed))
-    for r, g in zip(mixed, got):
+    for r, g in zip(mixed, got, strict=True):
         assert_same(run(plain.sample(r)), g)
     assert cached.prefix_cache.stats["hits"] >= 4
 
 
-def test_weight_change_invalidates(model_tok) -> None:  # noqa: ANN001
+def test_weight_change_invalidates(model_tok) -> None:
     model, tok = tiny_model_and_tokenizer(seed=1)
     s = HFSampler(model, tok, "tiny", prefix_min_tokens=16)
     ps = prompts(s, QUESTIONS[:3])
@@ -126,7 +136,7 @@ def test_weight_change_invalidates(model_tok) -> None:  # noqa: ANN001
     fill()
     w = model.model.layers[0].self_attn.k_proj.weight
 
-    def fresh_reference(p: list[int]):  # noqa: ANN202 - what an uncached sampler says now
+    def fresh_reference(p: list[int]):
         return run(HFSampler(model, tok, "tiny", prefix_cache_tokens=0).sample(SampleRequest(p, GREEDY)))
 
     old = fresh_reference(ps[2])
@@ -149,7 +159,7 @@ def test_weight_change_invalidates(model_tok) -> None:  # noqa: ANN001
     assert_same(fresh_reference(ps[2]), got)
 
 
-def test_memory_bound_and_lru(model_tok) -> None:  # noqa: ANN001
+def test_memory_bound_and_lru(model_tok) -> None:
     model, tok = model_tok
     s = HFSampler(model, tok, "tiny", prefix_min_tokens=16, prefix_cache_tokens=120)
     systems = [f"System prompt number {i}. " + SYSTEM for i in range(3)]
@@ -174,7 +184,7 @@ def test_memory_bound_and_lru(model_tok) -> None:  # noqa: ANN001
     assert m == 3 and got is not None and got[0][0].shape == (1, 1, 3, 2)
 
 
-def test_disabled_cache_takes_the_plain_path(model_tok) -> None:  # noqa: ANN001
+def test_disabled_cache_takes_the_plain_path(model_tok) -> None:
     s = make(model_tok, prefix_cache_tokens=0)
     ps = prompts(s, QUESTIONS[:3])
     run(_gather(s, [SampleRequest(p, GREEDY) for p in ps]))
@@ -182,7 +192,7 @@ def test_disabled_cache_takes_the_plain_path(model_tok) -> None:  # noqa: ANN001
     assert len(s.prefix_cache) == 0
 
 
-def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:  # noqa: ANN001
+def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:
     from agentrft.samplers.hf_prefill import _prefill
 
     model, _ = model_tok
@@ -200,23 +210,25 @@ def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:  # noqa
         bases[2] = ([(k[:, :, :n2], v[:, :, :n2]) for k, v in full[2]], n2)
         got, got_last = _prefill(model, ps, dev, bases)
     assert torch.allclose(got_last, last, atol=1e-4, rtol=0)
-    for a, b, p in zip(full, got, ps):
+    for a, b, p in zip(full, got, ps, strict=True):
         assert len(a) == len(b) == 2
-        for (ka, va), (kb, vb) in zip(a, b):
+        for (ka, va), (kb, vb) in zip(a, b, strict=True):
             assert ka.shape == kb.shape == (1, 2, len(p), 16)
             assert torch.allclose(ka, kb, atol=1e-4) and torch.allclose(va, vb, atol=1e-4)
 
 
-def test_nested_shared_prefixes_in_one_round(model_tok) -> None:  # noqa: ANN001
+def test_nested_shared_prefixes_in_one_round(model_tok) -> None:
     cached = make(model_tok)
     plain = make(model_tok, prefix_cache_tokens=0)
     base = prompts(cached, QUESTIONS[:2])  # share the system prompt
-    follow = [cached.render([{"role": "user", "content": t}]) for t in ("And in 2020? Show the steps please.",
-                                                                       "Why is that? Explain it briefly.")]
+    follow = [
+        cached.render([{"role": "user", "content": t}])
+        for t in ("And in 2020? Show the steps please.", "Why is that? Explain it briefly.")
+    ]
     ps = [b + f for b in base for f in follow]  # two later turns per first turn: a two-level tree
     reqs = [SampleRequest(p, GREEDY) for p in ps]
     got = run(_gather(cached, reqs))
-    for r, g in zip(reqs, got):
+    for r, g in zip(reqs, got, strict=True):
         assert_same(run(plain.sample(r)), g)
     root = min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps)
     kids = [common_prefix_len(np.array(ps[0]), np.array(ps[1])), common_prefix_len(np.array(ps[2]), np.array(ps[3]))]
@@ -224,4 +236,5 @@ def test_nested_shared_prefixes_in_one_round(model_tok) -> None:  # noqa: ANN001
     assert sorted(len(e) for e in cached.prefix_cache._entries.values()) == sorted(kids)
     # the root once, each child on top of it once, then every prompt's own suffix
     assert cached.stats["prefill_tokens"] == root + sum(k - root for k in kids) + sum(
-        len(p) - kids[i // 2] for i, p in enumerate(ps))
+        len(p) - kids[i // 2] for i, p in enumerate(ps)
+    )

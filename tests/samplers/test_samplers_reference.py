@@ -22,27 +22,32 @@ def pair() -> tuple[HFSampler, ReferenceHFSampler]:
 
 
 def _random_requests(engine: HFSampler, rng: random.Random, n: int) -> list[SampleRequest]:
-    prompts = [engine.render([{"role": "system", "content": "You are terse."}, {"role": "user", "content": q}])
-               for q in QUESTIONS]
+    prompts = [
+        engine.render([{"role": "system", "content": "You are terse."}, {"role": "user", "content": q}])
+        for q in QUESTIONS
+    ]
     reqs = []
-    for i in range(n):
+    for _i in range(n):
         prompt = rng.choice(prompts)
         greedy = rng.random() < 0.25
         params = SamplingParams(
             temperature=0.0 if greedy else rng.choice([0.5, 0.7, 1.0, 1.4]),
-            top_p=rng.choice([1.0, 1.0, 0.9, 0.5]), top_k=rng.choice([None, None, 20]),
-            max_tokens=rng.randint(1, 24), seed=rng.randrange(1 << 30),
-            stop=[engine.decode([rng.randrange(100, 2000)]).strip() or "x"] if rng.random() < 0.3 else [])
+            top_p=rng.choice([1.0, 1.0, 0.9, 0.5]),
+            top_k=rng.choice([None, None, 20]),
+            max_tokens=rng.randint(1, 24),
+            seed=rng.randrange(1 << 30),
+            stop=[engine.decode([rng.randrange(100, 2000)]).strip() or "x"] if rng.random() < 0.3 else [],
+        )
         reqs.append(SampleRequest(prompt, params, group_key=str(prompts.index(prompt))))
     return reqs
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_engine_equals_reference_on_random_concurrent_batches(pair, seed: int) -> None:  # noqa: ANN001
+def test_engine_equals_reference_on_random_concurrent_batches(pair, seed: int) -> None:
     engine, ref = pair
     reqs = _random_requests(engine, random.Random(seed), 12)
 
-    async def together():  # noqa: ANN202
+    async def together():
         return await asyncio.gather(*(engine.sample(r) for r in reqs))
 
     got = asyncio.run(together())
@@ -55,14 +60,16 @@ def test_engine_equals_reference_on_random_concurrent_batches(pair, seed: int) -
         assert max((abs(a - b) for a, b in zip(g.logprobs, want.logprobs, strict=True)), default=0.0) < 1e-3
 
 
-def test_reference_is_selectable_and_trainable(pair) -> None:  # noqa: ANN001
+def test_reference_is_selectable_and_trainable(pair) -> None:
     engine, ref = pair
     assert isinstance(ref, TrainablePolicy)
     prompt = engine.render([{"role": "user", "content": "hi"}])
+
     async def scenario() -> None:
         with ref.paused():  # the caller has the model: a request waits until the pause ends
-            task = asyncio.ensure_future(ref.sample(SampleRequest(prompt, SamplingParams(temperature=0.0,
-                                                                                           max_tokens=3))))
+            task = asyncio.ensure_future(
+                ref.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=3)))
+            )
             await asyncio.sleep(0.2)
             assert not task.done()
         assert len((await task).token_ids) == 3

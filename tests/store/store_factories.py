@@ -62,7 +62,9 @@ def make_traj(
             role="assistant",
             content=None,
             tool_calls=[
-                ToolCall(id=f"call_{i}_a", function=ToolCallFunction(name="search", arguments='{"query": "revenue", "k": 3}')),
+                ToolCall(
+                    id=f"call_{i}_a", function=ToolCallFunction(name="search", arguments='{"query": "revenue", "k": 3}')
+                ),
                 ToolCall(id=f"call_{i}_b", function=ToolCallFunction(name="open", arguments="{not json")),
             ],
         ),
@@ -71,11 +73,42 @@ def make_traj(
         Message(role="assistant", content=f"The revenue grew by {0.1 + 0.2 * i}%.", annotations=[{"k": "v"}]),
     ]
     events = [
-        ModelCallEvent(t=1.0 + i, turn=0, latency_s=0.25, prompt_tokens=per_turn, completion_tokens=per_turn, finish_reason="tool_calls"),
+        ModelCallEvent(
+            t=1.0 + i,
+            turn=0,
+            latency_s=0.25,
+            prompt_tokens=per_turn,
+            completion_tokens=per_turn,
+            finish_reason="tool_calls",
+        ),
         ReasoningEvent(t=1.1 + i, turn=0, text="I should search first."),
-        ToolCallEvent(t=1.2 + i, turn=0, call_id=f"call_{i}_a", name="search", arguments=args, result="doc-1: revenue rose 12.5%", latency_s=0.01, truncated=True),
-        ToolCallEvent(t=1.3 + i, turn=0, call_id=f"call_{i}_b", name="open", arguments="{not json", error="arguments are not valid JSON", error_kind="malformed"),
-        ModelCallEvent(t=2.0 + i, turn=1, latency_s=0.5, prompt_tokens=3 * per_turn, completion_tokens=per_turn, finish_reason="stop"),
+        ToolCallEvent(
+            t=1.2 + i,
+            turn=0,
+            call_id=f"call_{i}_a",
+            name="search",
+            arguments=args,
+            result="doc-1: revenue rose 12.5%",
+            latency_s=0.01,
+            truncated=True,
+        ),
+        ToolCallEvent(
+            t=1.3 + i,
+            turn=0,
+            call_id=f"call_{i}_b",
+            name="open",
+            arguments="{not json",
+            error="arguments are not valid JSON",
+            error_kind="malformed",
+        ),
+        ModelCallEvent(
+            t=2.0 + i,
+            turn=1,
+            latency_s=0.5,
+            prompt_tokens=3 * per_turn,
+            completion_tokens=per_turn,
+            finish_reason="stop",
+        ),
         FinalAnswerEvent(t=2.1 + i, turn=1, text=f"The revenue grew by {0.1 + 0.2 * i}%."),
     ]
     grade = None

@@ -68,8 +68,11 @@ def test_four_processes_write_2000_trajectories(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(db), str(k), "500"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
         for k in range(4)
     ]
     reported: list[str] = []

@@ -200,21 +200,45 @@ CHAT = [
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "revenue 2019"}'}},
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": '{"q": "revenue 2019"}'},
+                    },
                     {"id": "c2", "type": "function", "function": {"name": "open", "arguments": "not json"}},
                 ],
             },
             {"role": "tool", "tool_call_id": "c1", "content": "doc-3"},
-            {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "page "}, {"type": "text", "text": "2"}]},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c3", "type": "function", "function": {"name": "calculate", "arguments": '{"expr": "1.1*2"}'}}]},
+            {
+                "role": "tool",
+                "tool_call_id": "c2",
+                "content": [{"type": "text", "text": "page "}, {"type": "text", "text": "2"}],
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c3",
+                        "type": "function",
+                        "function": {"name": "calculate", "arguments": '{"expr": "1.1*2"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "c3", "content": "2.2"},
             {"role": "assistant", "content": "Growth was 12%.", "refusal": None},
         ],
     },
     {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], "id": "log-2"},
-    {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
-        {"id": "z", "type": "function", "function": {"name": "search", "arguments": "{}"}}]}]},
+    {
+        "messages": [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "z", "type": "function", "function": {"name": "search", "arguments": "{}"}}],
+            },
+        ]
+    },
 ]
 
 
@@ -228,7 +252,16 @@ def test_chat_log_import_derives_events(store: Store, other: Store, tmp_path: Pa
     assert first.run_id == "logs" and first.task_id == "q-17" and first.policy == "gpt-4o-mini"
     assert first.env.name == "chat-log" and first.tokens is None
     assert first.metadata == {"model": "gpt-4o-mini", "task_id": "q-17", "tags": ["a"]}
-    assert [m.role for m in first.messages] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in first.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert first.messages[-1].model_extra == {"refusal": None}
     calls = first.tool_calls
     assert [(c.turn, c.call_id, c.name, c.arguments, c.result) for c in calls] == [

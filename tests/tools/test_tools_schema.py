@@ -7,8 +7,14 @@ from typing import Literal
 from agentrft.tools.schema import function_schema, parse_docstring, schema_hash
 
 
-def lookup(query: str, k: int = 5, mode: Literal["fast", "exact"] = "fast", tags: list[str] | None = None,
-           scale: float = 1.0, strict: bool = False) -> str:
+def lookup(
+    query: str,
+    k: int = 5,
+    mode: Literal["fast", "exact"] = "fast",
+    tags: list[str] | None = None,
+    scale: float = 1.0,
+    strict: bool = False,
+) -> str:
     """Find things by keywords.
 
     Longer explanation that stays in the description.
@@ -37,7 +43,12 @@ def test_schema_types_required_and_descriptions() -> None:
     props = params["properties"]
     assert props["query"] == {"type": "string", "description": "what to look for, continued on a second line."}
     assert props["k"] == {"type": "integer", "description": "how many results.", "default": 5}
-    assert props["mode"] == {"type": "string", "enum": ["fast", "exact"], "description": "speed or precision.", "default": "fast"}
+    assert props["mode"] == {
+        "type": "string",
+        "enum": ["fast", "exact"],
+        "description": "speed or precision.",
+        "default": "fast",
+    }
     assert props["tags"] == {"type": "array", "items": {"type": "string"}}
     assert props["scale"] == {"type": "number", "default": 1.0}
     assert props["strict"] == {"type": "boolean", "default": False}

@@ -17,9 +17,16 @@ torch.set_num_threads(1)
 
 
 def tiny_llama(seed: int = 0, dtype: torch.dtype = torch.float64) -> LlamaForCausalLM:
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).to(dtype)
 
@@ -37,8 +44,12 @@ def fake_trajectory(rng: random.Random, turns: int = 2, group: str = "g0", rewar
         mask += [0] * n_prompt + [1] * n_sampled
         lps += [0.0] * n_prompt + [-rng.random() for _ in range(n_sampled)]
         turn += [k] * (n_prompt + n_sampled)
-    return Trajectory(task_id=group, group_id=group, tokens=TokenRecord(ids=ids, loss_mask=mask, logprobs=lps, turn=turn),
-                      grade=Grade(reward=reward))
+    return Trajectory(
+        task_id=group,
+        group_id=group,
+        tokens=TokenRecord(ids=ids, loss_mask=mask, logprobs=lps, turn=turn),
+        grade=Grade(reward=reward),
+    )
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from agentrft.envs.base import EnvLimits, Environment, Episode
+from agentrft.envs.base import Environment, EnvLimits, Episode
 from agentrft.graders import Grader, Sample, Score
 from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.tools.base import ToolResult
@@ -47,8 +47,10 @@ class FakeEnv(Environment):
 
     def tasks(self, split: str = "train") -> list[Task]:
         base = 0 if split == "train" else 100
-        return [Task(id=f"{split}-{i}", messages=[Message(role="user", content=f"q{base + i}")], data={"i": i})
-                for i in range(self._n)]
+        return [
+            Task(id=f"{split}-{i}", messages=[Message(role="user", content=f"q{base + i}")], data={"i": i})
+            for i in range(self._n)
+        ]
 
     def start(self, task: Task) -> Episode:
         return FakeEpisode(task)
@@ -56,8 +58,15 @@ class FakeEnv(Environment):
 
 class FakeSampler:
     def __init__(self, seed: int = 0) -> None:
-        cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        cfg = LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+        )
         torch.manual_seed(seed)
         self.model = LlamaForCausalLM(cfg).eval()
         self.tokenizer = None
@@ -77,7 +86,9 @@ class FakeSampler:
     def weights_updated(self, version: int) -> None:
         self.policy_version = version
 
-    def render(self, messages: list[dict[str, Any]], tools: Any = None, add_generation_prompt: bool = True) -> list[int]:
+    def render(
+        self, messages: list[dict[str, Any]], tools: Any = None, add_generation_prompt: bool = True
+    ) -> list[int]:
         text = "".join(str(m.get("content") or "") for m in messages)
         return [1] + [ord(c) % VOCAB for c in text]
 
@@ -98,8 +109,14 @@ class FakeSampler:
                 ids.append(tok)
                 out.append(tok)
                 lps.append(float(logp[tok]))
-        return SampleResult(token_ids=out, logprobs=lps, text=self.decode(out), finish_reason="stop",
-                            prompt_tokens=len(request.prompt_ids), completion_tokens=len(out))
+        return SampleResult(
+            token_ids=out,
+            logprobs=lps,
+            text=self.decode(out),
+            finish_reason="stop",
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(out),
+        )
 
 
 class FakeGrader(Grader):
@@ -128,11 +145,14 @@ def components(run_dir: Any) -> Any:
 def config(**over: Any) -> Any:
     from agentrft.train.config import build_config
 
-    base = {"steps": 4, "seed": 3,
-            "policy": {"finetune": "full", "precision": "fp32"},
-            "rollout": {"env": "fake", "tasks_per_step": 2, "group_size": 3, "max_tokens": 6},
-            "optimizer": {"lr": 1e-2, "micro_batch_tokens": 40, "warmup_steps": 1, "schedule": "cosine"},
-            "eval": {"every_steps": 2, "num_tasks": 2},
-            "checkpoint": {"every_steps": 1, "keep_last": 2},
-            "logging": {"tensorboard": False}}
+    base = {
+        "steps": 4,
+        "seed": 3,
+        "policy": {"finetune": "full", "precision": "fp32"},
+        "rollout": {"env": "fake", "tasks_per_step": 2, "group_size": 3, "max_tokens": 6},
+        "optimizer": {"lr": 1e-2, "micro_batch_tokens": 40, "warmup_steps": 1, "schedule": "cosine"},
+        "eval": {"every_steps": 2, "num_tasks": 2},
+        "checkpoint": {"every_steps": 1, "keep_last": 2},
+        "logging": {"tensorboard": False},
+    }
     return build_config(base, [f"{k}={v}" for k, v in over.items()])

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from agentrft.train.checkpoint import TrainerState, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from agentrft.train.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 def _objects(seed=0):
@@ -30,7 +36,9 @@ def test_roundtrip_restores_everything(tmp_path):
     assert (state.step, state.policy_version, state.cursor) == (3, 3, 12)
     assert torch.equal(m2.weight, model.weight)
     assert s2.get_last_lr() == sched.get_last_lr()
-    torch.testing.assert_close(o2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        o2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"], rtol=0, atol=0
+    )
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == draws
 
 

@@ -14,9 +14,16 @@ def test_defaults_and_presets_validate():
 
 
 def test_overrides_are_typed():
-    cfg = load_config("demo", ["optimizer.lr=1e-5", "algorithm.dynamic_sampling.enabled=true",
-                               "rollout.group_size=4", "policy.lora_target_modules=[q_proj,v_proj]",
-                               "algorithm.is_cap=null"])
+    cfg = load_config(
+        "demo",
+        [
+            "optimizer.lr=1e-5",
+            "algorithm.dynamic_sampling.enabled=true",
+            "rollout.group_size=4",
+            "policy.lora_target_modules=[q_proj,v_proj]",
+            "algorithm.is_cap=null",
+        ],
+    )
     assert cfg.optimizer.lr == 1e-5 and isinstance(cfg.optimizer.lr, float)
     assert cfg.algorithm.dynamic_sampling.enabled is True
     assert cfg.rollout.group_size == 4
@@ -45,7 +52,7 @@ def test_yaml_and_toml_files_and_save_roundtrip(tmp_path):
     y = tmp_path / "c.yaml"
     y.write_text("steps: 7\nalgorithm:\n  advantage: rloo\n")
     t = tmp_path / "c.toml"
-    t.write_text("steps = 7\n[algorithm]\nadvantage = \"rloo\"\n")
+    t.write_text('steps = 7\n[algorithm]\nadvantage = "rloo"\n')
     a, b = load_config(y), load_config(t, ["steps=8"])
     assert a.algorithm.advantage == b.algorithm.advantage == "rloo"
     assert (a.steps, b.steps) == (7, 8)

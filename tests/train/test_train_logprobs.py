@@ -1,11 +1,10 @@
 import math
 
 import torch
+from conftest import tiny_llama
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train.logprobs import sampled_logprobs
-
-from conftest import tiny_llama
 
 
 def _naive(model, ids, attn, mask, temperature=1.0):

@@ -8,13 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import fakes_train as F
 import pytest
 
 from agentrft.train import train
 from agentrft.train.checkpoint import list_checkpoints
 from agentrft.train.metrics import is_timing_key, read_metrics
-
-import fakes_train as F
 
 HERE = Path(__file__).parent
 
@@ -39,10 +38,27 @@ def test_loop_logs_every_stage(reference):
     rows = read_metrics(d)
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and res.steps == 4
     r = rows[-1]
-    for key in ("train_reward_mean", "train_reward/low", "train_success_rate", "adv_mean", "zero_signal_frac",
-                "clip_frac", "entropy", "loss", "grad_norm", "lr", "train_sampled_tokens_per_episode",
-                "train_tool_calls_per_episode", "time/sampling_s", "time/grading_s", "time/training_s",
-                "time/eval_s", "valid_reward_mean", "policy_version", "train_tokens_per_s"):
+    for key in (
+        "train_reward_mean",
+        "train_reward/low",
+        "train_success_rate",
+        "adv_mean",
+        "zero_signal_frac",
+        "clip_frac",
+        "entropy",
+        "loss",
+        "grad_norm",
+        "lr",
+        "train_sampled_tokens_per_episode",
+        "train_tool_calls_per_episode",
+        "time/sampling_s",
+        "time/grading_s",
+        "time/training_s",
+        "time/eval_s",
+        "valid_reward_mean",
+        "policy_version",
+        "train_tokens_per_s",
+    ):
         assert key in r, key
     assert r["policy_version"] == 4.0
     assert (d / "config.yaml").exists()
@@ -120,8 +136,11 @@ def test_stop_and_resume_equals_uninterrupted(reference, tmp_path):
 
 def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
     ref_dir, _ = reference
-    proc = subprocess.Popen([sys.executable, str(HERE / "resume_worker_train.py"), str(tmp_path)],
-                            env={**os.environ, "PYTHONPATH": str(HERE)}, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "resume_worker_train.py"), str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while not (tmp_path / "checkpoints" / "step-00000002").exists():
         assert proc.poll() is None, "worker ended before its second checkpoint"
@@ -136,8 +155,14 @@ def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
 
 
 def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):
-    over = {"policy.finetune": "lora", "policy.lora_r": 4, "policy.lora_target_modules": "[q_proj,v_proj]",
-            "steps": 3, "eval.every_steps": 0, "policy.gradient_checkpointing": "true"}
+    over = {
+        "policy.finetune": "lora",
+        "policy.lora_r": 4,
+        "policy.lora_target_modules": "[q_proj,v_proj]",
+        "steps": 3,
+        "eval.every_steps": 0,
+        "policy.gradient_checkpointing": "true",
+    }
     ref = _run(tmp_path / "a", **over)
     assert all(h["grad_norm"] > 0 for h in ref.history)  # gradients reach the adapter through recomputed layers
     import torch
@@ -152,12 +177,24 @@ def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):
 
 
 def test_every_algorithm_option_runs_and_reports(tmp_path):
-    res = _run(tmp_path, **{"algorithm.dynamic_sampling.enabled": "true", "algorithm.dynamic_sampling.max_rounds": 3,
-                            "algorithm.overlong.enabled": "true", "algorithm.overlong.max_len": 5,
-                            "algorithm.overlong.cache_len": 2, "algorithm.turn_level": "true",
-                            "algorithm.advantage": "rloo", "algorithm.aggregation": "seq_mean_token_mean",
-                            "algorithm.kl_coef": 0.05, "algorithm.updates_per_batch": 2, "algorithm.is_cap": 2.0,
-                            "steps": 2, "eval.every_steps": 0})
+    res = _run(
+        tmp_path,
+        **{
+            "algorithm.dynamic_sampling.enabled": "true",
+            "algorithm.dynamic_sampling.max_rounds": 3,
+            "algorithm.overlong.enabled": "true",
+            "algorithm.overlong.max_len": 5,
+            "algorithm.overlong.cache_len": 2,
+            "algorithm.turn_level": "true",
+            "algorithm.advantage": "rloo",
+            "algorithm.aggregation": "seq_mean_token_mean",
+            "algorithm.kl_coef": 0.05,
+            "algorithm.updates_per_batch": 2,
+            "algorithm.is_cap": 2.0,
+            "steps": 2,
+            "eval.every_steps": 0,
+        },
+    )
     m = res.history[-1]
     for key in ("kl", "is_weight_mean", "overlong_frac", "sampling_rounds", "turn_adv_mean", "groups_trained"):
         assert key in m, key

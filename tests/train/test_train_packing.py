@@ -1,9 +1,8 @@
 import pytest
 import torch
+from conftest import fake_trajectory
 
 from agentrft.train.packing import collate, micro_batches, plan_micro_batches, to_sequence
-
-from conftest import fake_trajectory
 
 
 def test_plan_sorted_budgeted_deterministic():

@@ -18,14 +18,25 @@ from agentrft.train.update import autocast_dtype
 
 @pytest.mark.real_model
 @pytest.mark.parametrize("precision", ["fp32", "auto"])
-def test_sampler_logprobs_equal_trainer_logprobs_at_t07(tmp_path, precision: str) -> None:  # noqa: ANN001
-    cfg = build_config(PRESETS["demo"], ["steps=1", "rollout.tasks_per_step=2", "rollout.group_size=4",
-                                         "rollout.max_tokens=32", f"policy.precision={precision}",
-                                         "checkpoint.every_steps=0", "logging.tensorboard=false"])
+def test_sampler_logprobs_equal_trainer_logprobs_at_t07(tmp_path, precision: str) -> None:
+    cfg = build_config(
+        PRESETS["demo"],
+        [
+            "steps=1",
+            "rollout.tasks_per_step=2",
+            "rollout.group_size=4",
+            "rollout.max_tokens=32",
+            f"policy.precision={precision}",
+            "checkpoint.every_steps=0",
+            "logging.tensorboard=false",
+        ],
+    )
     assert cfg.rollout.temperature == 0.7
     m = train(cfg, tmp_path).history[0]
-    print(f"precision {precision}: gap mean {m['sampler_logprob_gap_mean']:.3g} max {m['sampler_logprob_gap_max']:.3g} "
-          f"over {m['train_tokens']:.0f} tokens")
+    print(
+        f"precision {precision}: gap mean {m['sampler_logprob_gap_mean']:.3g} max {m['sampler_logprob_gap_max']:.3g} "
+        f"over {m['train_tokens']:.0f} tokens"
+    )
     assert m["train_tokens"] > 0
     if autocast_dtype(precision) is None:  # fp32 on both sides
         assert m["sampler_logprob_gap_mean"] < 1e-4 and m["sampler_logprob_gap_max"] < 1e-3

@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from conftest import VOCAB, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
@@ -19,8 +20,6 @@ from agentrft.train.shared_prefix import (
     shared_prefix_logprobs,
     shared_prefix_micro_batches,
 )
-
-from conftest import VOCAB, tiny_llama
 
 # Tolerances. Log-probs in the forward agree to fp64 rounding. Gradients of shared tokens are summed in a
 # different order than in per-sample runs, and Llama's RMSNorm computes in fp32 even in an fp64 model, so
@@ -119,14 +118,17 @@ def _update(batches, algo, lora: bool = False, gc: bool = False):
     if lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                                                 init_lora_weights=False))
+        model = get_peft_model(
+            model,
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1.0)  # lr 1: the change is exactly minus the gradient
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     before = [p.detach().clone() for p in params]
-    m = U.policy_update(model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5),
-                         dist=Distribution())
+    m = U.policy_update(
+        model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5), dist=Distribution()
+    )
     return [p.detach() - b for p, b in zip(params, before, strict=True)], m
 
 

@@ -2,12 +2,11 @@ import math
 import random
 
 import pytest
+from conftest import fake_trajectory
 
 from agentrft.train.config import AlgorithmConfig
 from agentrft.train.stages import advantage_stage, filter_stage, group_trajectories, next_tasks
 from agentrft.types import Grade, GradeError, Message, Task
-
-from conftest import fake_trajectory
 
 
 def test_next_tasks_is_a_deterministic_endless_shuffle():

@@ -4,13 +4,12 @@ import random
 
 import pytest
 import torch
+from conftest import fake_trajectory, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
 from agentrft.train.packing import micro_batches, to_sequence
-
-from conftest import fake_trajectory, tiny_llama
 
 
 def _seqs(n=8, seed=0):
@@ -29,8 +28,9 @@ def _grad_step(model, batches, algo):
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     before = [p.detach().clone() for p in model.parameters()]
-    m = U.policy_update(model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5),
-                         dist=Distribution())
+    m = U.policy_update(
+        model, opt, sched, batches, algo, OptimizerConfig(grad_clip=1e9, logprob_chunk=5), dist=Distribution()
+    )
     return [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)], m
 
 
@@ -102,7 +102,9 @@ def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely(shared
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         before = [p.detach().clone() for p in model.parameters()]
         batches = shared_prefix_micro_batches(seqs, 64, 64) if shared_prefix else micro_batches(seqs, 64)
-        losses[name] = U.policy_update(model, opt, sched, batches, algo, opt_cfg, precision=prec, dist=Distribution())["loss"]
+        losses[name] = U.policy_update(model, opt, sched, batches, algo, opt_cfg, precision=prec, dist=Distribution())[
+            "loss"
+        ]
         assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
         updates[name] = torch.cat([(b - p.detach()).flatten() for p, b in zip(model.parameters(), before, strict=True)])
     ref, got = updates["fp32"], updates["bf16"]

@@ -41,9 +41,15 @@ def _trajectory() -> Trajectory:
             ModelCallEvent(turn=1, latency_s=0.1, prompt_tokens=9, completion_tokens=1, finish_reason="stop"),
             FinalAnswerEvent(turn=1, text="3"),
         ],
-        tokens=TokenRecord(ids=[1, 2, 3, 4], loss_mask=[0, 1, 0, 1], logprobs=[0.0, -0.25, 0.0, -1.5], turn=[0, 0, 1, 1]),
-        grade=Grade(reward=1.0, sub_rewards={"answer": 1.0, "judge": None}, success=True,
-                    errors=[GradeError(flag="other_error", grader="judge", message="x")]),
+        tokens=TokenRecord(
+            ids=[1, 2, 3, 4], loss_mask=[0, 1, 0, 1], logprobs=[0.0, -0.25, 0.0, -1.5], turn=[0, 0, 1, 1]
+        ),
+        grade=Grade(
+            reward=1.0,
+            sub_rewards={"answer": 1.0, "judge": None},
+            success=True,
+            errors=[GradeError(flag="other_error", grader="judge", message="x")],
+        ),
     )
 
 

@@ -148,9 +148,7 @@ def turn_level(
                 "a turn reward may not be dropped or invented"
             )
     flat = torch.tensor([r for rs in turn_rewards for r in rs], dtype=torch.float64)
-    flat_group = torch.tensor(
-        [int(group_index[i]) for i, rs in enumerate(turn_rewards) for _ in rs], dtype=torch.int64
-    )
+    flat_group = torch.tensor([int(group_index[i]) for i, rs in enumerate(turn_rewards) for _ in rs], dtype=torch.int64)
     if flat.numel():
         mean, std, _ = group_stats(flat, flat_group)
         z = (flat - mean) / (std + eps)
@@ -177,7 +175,9 @@ def broadcast_turn_advantages(turn_advantages: Tensor, token_turn: Tensor, loss_
     k = turn_advantages.shape[0]
     sampled_turns = token_turn[loss_mask.bool()]
     if sampled_turns.numel() and (int(sampled_turns.max()) >= k or int(sampled_turns.min()) < 0):
-        raise ValueError(f"a sampled token belongs to turn {int(sampled_turns.max())} but only {k} turn advantages exist")
+        raise ValueError(
+            f"a sampled token belongs to turn {int(sampled_turns.max())} but only {k} turn advantages exist"
+        )
     present = set(sampled_turns.tolist())
     missing = [t for t in range(k) if t not in present]
     if missing:

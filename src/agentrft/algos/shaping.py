@@ -42,4 +42,7 @@ def shape_rewards(
     pen = overlong_penalty(lengths, max_len=max_len, cache_len=cache_len, penalty=penalty)
     shaped = rewards.to(torch.float64) + pen
     frac = float((pen < 0).to(torch.float64).mean()) if pen.numel() else 0.0
-    return shaped.to(rewards.dtype), {"overlong_frac": frac, "overlong_penalty_mean": float(pen.mean()) if pen.numel() else 0.0}
+    return shaped.to(rewards.dtype), {
+        "overlong_frac": frac,
+        "overlong_penalty_mean": float(pen.mean()) if pen.numel() else 0.0,
+    }

@@ -31,8 +31,17 @@ def check_command(
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         store = open_store(db, create=True) if db is not None else None
         try:
-            res = check(environment, sampler, samples=samples, tasks=tasks, split=split, store=store,
-                        params=params, env_spec=env, progress=not as_json)
+            res = check(
+                environment,
+                sampler,
+                samples=samples,
+                tasks=tasks,
+                split=split,
+                store=store,
+                params=params,
+                env_spec=env,
+                progress=not as_json,
+            )
         finally:
             if store is not None:
                 store.close()

@@ -17,10 +17,18 @@ def demo_cmd(
     quick: bool = typer.Option(False, "--quick", help="A few minutes: tiny evals and 2 training steps (CI smoke run)."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where the store, metrics, checkpoints and report go."),
     set_: list[str] = typer.Option([], "--set", help="Override a training option, e.g. --set steps=20 (repeatable)."),
-    eval_tasks: int = typer.Option(None, "--eval-tasks", min=1, help=(
-        f"Held-out tasks per eval (default {_FULL.eval_tasks}; quick {_QUICK.eval_tasks}).")),
-    eval_samples: int = typer.Option(None, "--eval-samples", min=1, help=(
-        f"Samples per task (default {_FULL.eval_samples}; quick {_QUICK.eval_samples}).")),
+    eval_tasks: int = typer.Option(
+        None,
+        "--eval-tasks",
+        min=1,
+        help=(f"Held-out tasks per eval (default {_FULL.eval_tasks}; quick {_QUICK.eval_tasks})."),
+    ),
+    eval_samples: int = typer.Option(
+        None,
+        "--eval-samples",
+        min=1,
+        help=(f"Samples per task (default {_FULL.eval_samples}; quick {_QUICK.eval_samples})."),
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the before/after summary as JSON."),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
@@ -51,9 +59,11 @@ def demo_cmd(
         table.add_row(*row)
     console = Console()
     console.print(table)
-    console.print(f"wall time {result.seconds['total']:.0f} s "
-                  f"(baseline eval {result.seconds['eval_baseline']:.0f} s, training {result.seconds['train']:.0f} s, "
-                  f"final eval {result.seconds['eval_final']:.0f} s)")
+    console.print(
+        f"wall time {result.seconds['total']:.0f} s "
+        f"(baseline eval {result.seconds['eval_baseline']:.0f} s, training {result.seconds['train']:.0f} s, "
+        f"final eval {result.seconds['eval_final']:.0f} s)"
+    )
     console.print(f"run dir {run_dir}  ·  report {run_dir / 'report.html'}")
 
 

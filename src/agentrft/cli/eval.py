@@ -19,17 +19,19 @@ def _print_result(res: Any) -> None:
     table = Table(title=f"eval {res.run_name or res.run_id} · {res.env} · {res.policy} · split {res.split}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    rows = [("tasks × samples", f"{res.n_tasks} × {res.samples_per_task}"),
-            ("success rate", f"{res.success_rate:.1%}"),
-            *((f"pass@{k}", f"{v:.1%}") for k, v in res.pass_at_k.items()),
-            *((f"pass^{k}", f"{v:.1%}") for k, v in res.pass_hat_k.items()),
-            ("mean reward [95% CI]", f"{res.mean_reward:.3f} [{res.reward_ci[0]:.3f}, {res.reward_ci[1]:.3f}]"),
-            ("tool calls / episode", f"{res.tools.calls_per_episode:.2f}"),
-            ("tool error rate", f"{res.tools.error_rate:.1%}"),
-            ("tokens / episode", f"{res.usage.tokens_per_episode:,.0f}"),
-            ("latency s / episode", f"{res.usage.latency_s_mean:.2f}"),
-            ("tokens / success", "–" if res.cost.tokens_per_success is None else f"{res.cost.tokens_per_success:,.0f}"),
-            ("seconds / success", "–" if res.cost.seconds_per_success is None else f"{res.cost.seconds_per_success:.2f}")]
+    rows = [
+        ("tasks × samples", f"{res.n_tasks} × {res.samples_per_task}"),
+        ("success rate", f"{res.success_rate:.1%}"),
+        *((f"pass@{k}", f"{v:.1%}") for k, v in res.pass_at_k.items()),
+        *((f"pass^{k}", f"{v:.1%}") for k, v in res.pass_hat_k.items()),
+        ("mean reward [95% CI]", f"{res.mean_reward:.3f} [{res.reward_ci[0]:.3f}, {res.reward_ci[1]:.3f}]"),
+        ("tool calls / episode", f"{res.tools.calls_per_episode:.2f}"),
+        ("tool error rate", f"{res.tools.error_rate:.1%}"),
+        ("tokens / episode", f"{res.usage.tokens_per_episode:,.0f}"),
+        ("latency s / episode", f"{res.usage.latency_s_mean:.2f}"),
+        ("tokens / success", "–" if res.cost.tokens_per_success is None else f"{res.cost.tokens_per_success:,.0f}"),
+        ("seconds / success", "–" if res.cost.seconds_per_success is None else f"{res.cost.seconds_per_success:.2f}"),
+    ]
     if res.cost.usd_per_success is not None:
         rate = res.cost.compute_per_hour
         basis = f" (compute ${rate:g}/h × {res.cost.wall_seconds:.0f} s)" if rate else ""
@@ -54,18 +56,24 @@ def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
     finally:
         store.close()
     cmp = paired_test(ra.task_rates(), rb.task_rates())
-    out = {"run_a": {"id": a.id, "name": a.name, "success_rate": ra.success_rate, "mean_reward": ra.mean_reward},
-           "run_b": {"id": b.id, "name": b.name, "success_rate": rb.success_rate, "mean_reward": rb.mean_reward},
-           "comparison": cmp.model_dump(mode="json")}
+    out = {
+        "run_a": {"id": a.id, "name": a.name, "success_rate": ra.success_rate, "mean_reward": ra.mean_reward},
+        "run_b": {"id": b.id, "name": b.name, "success_rate": rb.success_rate, "mean_reward": rb.mean_reward},
+        "comparison": cmp.model_dump(mode="json"),
+    }
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(f"A = {a.name or a.id} ({a.id}): per-task success {cmp.mean_a:.1%}")
     typer.echo(f"B = {b.name or b.id} ({b.id}): per-task success {cmp.mean_b:.1%}")
-    typer.echo(f"B - A on {cmp.n_tasks} shared tasks: {cmp.diff:+.1%} (95% CI {cmp.ci[0]:+.1%} to {cmp.ci[1]:+.1%}), "
-               f"p = {cmp.p_value:.3g} [{cmp.method}]")
-    typer.echo(f"B better on {cmp.wins_b} tasks, worse on {cmp.wins_a}, tied on {cmp.ties}"
-               + (f"; {cmp.only_in_a} tasks only in A, {cmp.only_in_b} only in B" if cmp.only_in_a or cmp.only_in_b else ""))
+    typer.echo(
+        f"B - A on {cmp.n_tasks} shared tasks: {cmp.diff:+.1%} (95% CI {cmp.ci[0]:+.1%} to {cmp.ci[1]:+.1%}), "
+        f"p = {cmp.p_value:.3g} [{cmp.method}]"
+    )
+    typer.echo(
+        f"B better on {cmp.wins_b} tasks, worse on {cmp.wins_a}, tied on {cmp.ties}"
+        + (f"; {cmp.only_in_a} tasks only in A, {cmp.only_in_b} only in B" if cmp.only_in_a or cmp.only_in_b else "")
+    )
 
 
 def eval_command(
@@ -78,13 +86,21 @@ def eval_command(
     name: str = typer.Option("eval", "--name", help="Run name (e.g. baseline, final)."),
     temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0 = greedy)."),
     prompt_price: float | None = typer.Option(None, "--price-prompt", min=0.0, help="USD per million prompt tokens."),
-    completion_price: float | None = typer.Option(None, "--price-completion", min=0.0,
-                                                  help="USD per million completion tokens."),
-    compute_price: float | None = typer.Option(None, "--compute-usd-per-hour", min=0.0, help=(
-        "USD per hour of the run's wall time (default for in-process policies: "
-        f"{LOCAL_COMPUTE_USD_PER_HOUR:g}, about a 2-vCPU cloud VM; 0 to leave compute unpriced).")),
-    compare: tuple[str, str] | None = typer.Option(None, "--compare", help="Compare two eval runs: RUN_A RUN_B "
-                                                   "(ids or names); prints B - A with a paired test."),
+    completion_price: float | None = typer.Option(
+        None, "--price-completion", min=0.0, help="USD per million completion tokens."
+    ),
+    compute_price: float | None = typer.Option(
+        None,
+        "--compute-usd-per-hour",
+        min=0.0,
+        help=(
+            "USD per hour of the run's wall time (default for in-process policies: "
+            f"{LOCAL_COMPUTE_USD_PER_HOUR:g}, about a 2-vCPU cloud VM; 0 to leave compute unpriced)."
+        ),
+    ),
+    compare: tuple[str, str] | None = typer.Option(
+        None, "--compare", help="Compare two eval runs: RUN_A RUN_B (ids or names); prints B - A with a paired test."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
 ) -> None:
     """Evaluate a policy: pass@k, pass^k, reward CI, tool use, cost per success, failure categories."""
@@ -107,12 +123,26 @@ def eval_command(
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         prices = None
         if prompt_price is not None or compute_price is not None:
-            prices = Prices(prompt_per_mtok=prompt_price or 0.0, completion_per_mtok=completion_price or 0.0,
-                            compute_per_hour=compute_price or 0.0)
+            prices = Prices(
+                prompt_per_mtok=prompt_price or 0.0,
+                completion_per_mtok=completion_price or 0.0,
+                compute_per_hour=compute_price or 0.0,
+            )
         store = open_store(db, create=True)
         try:
-            res = evaluate(environment, sampler, split=split, samples=samples, tasks=tasks, store=store,
-                           run_name=name, params=params, prices=prices, env_spec=env, progress=not as_json)
+            res = evaluate(
+                environment,
+                sampler,
+                split=split,
+                samples=samples,
+                tasks=tasks,
+                store=store,
+                run_name=name,
+                params=params,
+                prices=prices,
+                env_spec=env,
+                progress=not as_json,
+            )
         finally:
             store.close()
     if as_json:

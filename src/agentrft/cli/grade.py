@@ -48,8 +48,11 @@ def grade_command(
     item_rows = _read_jsonl(items)
     sample_rows = _read_jsonl(samples)
     if len(item_rows) != 1 and len(item_rows) != len(sample_rows):
-        raise fail(f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
-                   "(give one item per sample, or a single item)", code=2)
+        raise fail(
+            f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
+            "(give one item per sample, or a single item)",
+            code=2,
+        )
     pairs = []
     for k, (no, obj) in enumerate(sample_rows):
         try:
@@ -62,16 +65,27 @@ def grade_command(
     for k, gr in enumerate(grades):
         flags = [e.flag for e in gr.errors]
         if as_json:
-            typer.echo(json.dumps({"index": k, "reward": gr.reward, "sub_rewards": gr.sub_rewards,
-                                   "errors": flags, "success": gr.success}))
+            typer.echo(
+                json.dumps(
+                    {
+                        "index": k,
+                        "reward": gr.reward,
+                        "sub_rewards": gr.sub_rewards,
+                        "errors": flags,
+                        "success": gr.success,
+                    }
+                )
+            )
         else:
             extra = f"  errors: {', '.join(flags)}" if flags else ""
             typer.echo(f"{k:>5}  reward {gr.reward:.4f}  {'pass' if gr.success else 'fail'}{extra}")
     if not as_json:
         s = summarize_grades(grades)
         if s["n"]:
-            typer.echo(f"n={s['n']}  reward_mean={s['reward_mean']:.4f}  success_rate={s['success_rate']:.3f}  "
-                       f"errors={s['error_count']}")
+            typer.echo(
+                f"n={s['n']}  reward_mean={s['reward_mean']:.4f}  success_rate={s['success_rate']:.3f}  "
+                f"errors={s['error_count']}"
+            )
 
 
 def register(app: typer.Typer) -> None:

@@ -51,27 +51,54 @@ def rollout(
     from agentrft.types import Run
 
     store = None
-    run = Run(name=f"rollout {env_spec} {policy}", kind="other",
-              config={"env": env_spec, "policy": policy, "split": split, "tasks": len(tasks), "samples": samples,
-                      "tool_format": tool_format, "temperature": temperature})
+    run = Run(
+        name=f"rollout {env_spec} {policy}",
+        kind="other",
+        config={
+            "env": env_spec,
+            "policy": policy,
+            "split": split,
+            "tasks": len(tasks),
+            "samples": samples,
+            "tool_format": tool_format,
+            "temperature": temperature,
+        },
+    )
     if db is not None:
         from agentrft.store import Store
 
         store = Store(db)
         store.add_run(run)
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens or env.limits.max_tokens_per_turn)
-    runner = Runner(env, sampler, store=store, grader=load_grader(env.grader_spec()), tool_format=tool_format,
-                    params=params, max_concurrency=concurrency, progress=not as_json)
+    runner = Runner(
+        env,
+        sampler,
+        store=store,
+        grader=load_grader(env.grader_spec()),
+        tool_format=tool_format,
+        params=params,
+        max_concurrency=concurrency,
+        progress=not as_json,
+    )
     try:
         runner.run_sync(tasks, samples, run_id=run.id)
     finally:
         if store is not None:
             store.close()
     s = runner.stats
-    summary = {"run_id": run.id, "episodes": s.episodes, "statuses": s.statuses, "mean_reward": s.mean_reward,
-               "grader_errors": s.grader_errors, "generated_tokens": s.generated_tokens,
-               "tokens_per_s": round(s.tokens_per_s, 1), "tool_calls": s.tool_calls,
-               "seconds": round(s.elapsed_s, 2), "store_errors": s.store_errors, "db": str(db) if db else None}
+    summary = {
+        "run_id": run.id,
+        "episodes": s.episodes,
+        "statuses": s.statuses,
+        "mean_reward": s.mean_reward,
+        "grader_errors": s.grader_errors,
+        "generated_tokens": s.generated_tokens,
+        "tokens_per_s": round(s.tokens_per_s, 1),
+        "tool_calls": s.tool_calls,
+        "seconds": round(s.elapsed_s, 2),
+        "store_errors": s.store_errors,
+        "db": str(db) if db else None,
+    }
     if as_json:
         typer.echo(json.dumps(summary))
         return

@@ -8,8 +8,12 @@ import typer
 
 
 def serve(
-    policy: str = typer.Option("smollm2-135m", "--policy", help="In-process policy: smollm2-135m, tiny, hf:PATH_OR_ID."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; the default is reachable from this machine only."),
+    policy: str = typer.Option(
+        "smollm2-135m", "--policy", help="In-process policy: smollm2-135m, tiny, hf:PATH_OR_ID."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; the default is reachable from this machine only."
+    ),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
     api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' on every request."),
     db: Path = typer.Option(Path("agentrft-serve.db"), "--db", help="SQLite store that records each completion."),
@@ -23,8 +27,8 @@ def serve(
         typer.echo(f"error: unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}", err=True)
         raise typer.Exit(2)
     try:
-        import uvicorn  # noqa: F401
         import fastapi  # noqa: F401
+        import uvicorn
     except ImportError:
         typer.echo("error: serving needs the 'serve' extra: pip install 'agentrft[serve]'", err=True)
         raise typer.Exit(1) from None
@@ -46,8 +50,9 @@ def serve(
     store = Store(db)
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
-    app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id,
-                     default_max_tokens=max_tokens)
+    app = create_app(
+        sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, default_max_tokens=max_tokens
+    )
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
     import uvicorn
 

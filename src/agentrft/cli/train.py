@@ -36,8 +36,11 @@ def train_cmd(
         raise typer.Exit(1) from None
     final = result.history[-1] if result.history else {}
     if as_json:
-        typer.echo(json.dumps({"run_dir": str(result.run_dir), "run_id": result.run_id, "steps": result.steps,
-                               "metrics": final}))
+        typer.echo(
+            json.dumps(
+                {"run_dir": str(result.run_dir), "run_id": result.run_id, "steps": result.steps, "metrics": final}
+            )
+        )
         return
     typer.echo(f"run dir      {result.run_dir}")
     typer.echo(f"steps        {result.steps}")

@@ -25,7 +25,8 @@ class EnvLimits(BaseModel):
     max_tool_calls: int = Field(default=8, ge=0, description="calls past this budget get an error message")
     tool_timeout_s: float = Field(default=10.0, gt=0)
     wall_time_s: float = Field(
-        default=1800.0, gt=0,
+        default=1800.0,
+        gt=0,
         description="per-episode guard against hangs; it includes time queued behind other episodes at the sampler, "
         "so it must allow for a whole batch on a slow CPU",
     )

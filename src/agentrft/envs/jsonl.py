@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.jsonl import JsonlError, parse_object
 from agentrft.tools.base import ToolResult
@@ -69,18 +69,28 @@ def parse_row(line: str, where: str) -> Task:
             loc = ".".join(str(x) for x in err["loc"])
             raise JsonlDataError(f"{where}: field 'messages[{i}]{'.' + loc if loc else ''}': {err['msg']}") from None
     if parsed[-1].role != "user":
-        raise JsonlDataError(f"{where}: field 'messages': the last message must be from the user, not {parsed[-1].role!r}")
+        raise JsonlDataError(
+            f"{where}: field 'messages': the last message must be from the user, not {parsed[-1].role!r}"
+        )
     tools = row.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
             raise JsonlDataError(f"{where}: field 'tools' must be a list of function tool schemas")
         for i, t in enumerate(tools):
-            name = t.get("function", {}).get("name") if isinstance(t, dict) and isinstance(t.get("function"), dict) else None
+            name = (
+                t.get("function", {}).get("name")
+                if isinstance(t, dict) and isinstance(t.get("function"), dict)
+                else None
+            )
             if not isinstance(name, str) or not name:
                 raise JsonlDataError(f"{where}: field 'tools[{i}].function.name' is missing")
     data = {k: v for k, v in row.items() if k not in ("messages", "tools")}
     row_id = row.get("id")
-    task_id = str(row_id) if isinstance(row_id, str | int) else "jsonl-" + hashlib.sha256(line.strip().encode()).hexdigest()[:16]
+    task_id = (
+        str(row_id)
+        if isinstance(row_id, str | int)
+        else "jsonl-" + hashlib.sha256(line.strip().encode()).hexdigest()[:16]
+    )
     return Task(id=task_id, env="jsonl", messages=parsed, tools=tools, data=data)
 
 

@@ -51,14 +51,21 @@ def _legend(names: Sequence[str]) -> list[str]:
     parts, x = [], _L
     for i, name in enumerate(names):
         color = PALETTE[i % len(PALETTE)]
-        parts.append(f'<rect x="{x}" y="{_H - 14}" width="10" height="10" fill="{color}"/>'
-                     f'<text class="legend" x="{x + 14}" y="{_H - 5}">{escape(name)}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{_H - 14}" width="10" height="10" fill="{color}"/>'
+            f'<text class="legend" x="{x + 14}" y="{_H - 5}">{escape(name)}</text>'
+        )
         x += 24 + 7 * len(name)
     return parts
 
 
-def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, x_label: str = "step",
-               y_range: tuple[float, float] | None = None) -> str:
+def line_chart(
+    title: str,
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    *,
+    x_label: str = "step",
+    y_range: tuple[float, float] | None = None,
+) -> str:
     """Lines of (x, y) points, one per named series; empty series are skipped."""
     series = {k: sorted(v) for k, v in series.items() if v}
     if not series:
@@ -84,22 +91,32 @@ def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], 
     for i, (name, pts) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline class="series" data-series="{escape(name)}" fill="none" stroke="{color}" '
-                     f'stroke-width="2" points="{coords}"/>')
+        parts.append(
+            f'<polyline class="series" data-series="{escape(name)}" fill="none" stroke="{color}" '
+            f'stroke-width="2" points="{coords}"/>'
+        )
         for x, y in pts:
-            parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}">'
-                         f'<title>{escape(name)} @ {escape(x_label)} {escape(_fmt(x))}: {y:.4g}</title></circle>')
+            parts.append(
+                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}">'
+                f"<title>{escape(name)} @ {escape(x_label)} {escape(_fmt(x))}: {y:.4g}</title></circle>"
+            )
     parts += _legend(list(series))
     return _svg(title, parts)
 
 
-def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]], *,
-              y_range: tuple[float, float] | None = None, percent: bool = False) -> str:
+def bar_chart(
+    title: str,
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    *,
+    y_range: tuple[float, float] | None = None,
+    percent: bool = False,
+) -> str:
     """Grouped vertical bars: one group per category, one bar per named series."""
     if not categories or not series:
         return f'<p class="empty">{escape(title)}: no data</p>'
     values = [v for vs in series.values() for v in vs]
-    y0, y1 = y_range if y_range else (0.0, max(values + [1e-9]))
+    y0, y1 = y_range if y_range else (0.0, max([*values, 1e-09]))
     y_ticks = _nice_ticks(y0, y1)
     y1 = max(y_ticks[-1], y1)
 
@@ -116,13 +133,17 @@ def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequen
             x = _L + i * group_w + group_w * 0.1 + j * bar_w
             y = py(max(v, y0))
             shown = f"{v:.0%}" if percent else f"{v:.4g}"
-            parts.append(f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
-                         f'height="{max(0.0, _H - _B - y):.1f}" fill="{color}"><title>{escape(name)} · '
-                         f'{escape(categories[i])}: {shown}</title></rect>')
+            parts.append(
+                f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
+                f'height="{max(0.0, _H - _B - y):.1f}" fill="{color}"><title>{escape(name)} · '
+                f"{escape(categories[i])}: {shown}</title></rect>"
+            )
     parts += _legend(list(series))
     return _svg(title, parts)
 
 
 def _svg(title: str, parts: list[str]) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
-            f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>")
+    return (
+        f'<svg class="chart" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>"
+    )

@@ -41,8 +41,12 @@ _SIGNED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 class CheckThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_guess_rate: float = Field(default=0.2, ge=0, le=1, description="a trivial policy scoring this often is too lucky")
-    saturated_rate: float = Field(default=0.95, ge=0, le=1, description="success rate past which little is left to learn")
+    max_guess_rate: float = Field(
+        default=0.2, ge=0, le=1, description="a trivial policy scoring this often is too lucky"
+    )
+    saturated_rate: float = Field(
+        default=0.95, ge=0, le=1, description="success rate past which little is left to learn"
+    )
     max_zero_variance_groups: float = Field(default=0.9, ge=0, le=1, description="share of groups without any signal")
     max_grader_error_rate: float = Field(default=0.05, ge=0, le=1)
     reward_range: tuple[float, float] = (0.0, 1.0)
@@ -85,17 +89,28 @@ def trivial_answers(task: Task) -> dict[str, str | None]:
 
 def answer_trajectory(task: Task, answer: str, policy: str) -> Trajectory:
     """A one-turn trajectory that just answers — how trivial policies go through the real grader."""
-    return Trajectory(task_id=task.id, policy=policy, messages=[*task.messages, Message(role="assistant", content=answer)],
-                      events=[FinalAnswerEvent(turn=0, text=answer)])
+    return Trajectory(
+        task_id=task.id,
+        policy=policy,
+        messages=[*task.messages, Message(role="assistant", content=answer)],
+        events=[FinalAnswerEvent(turn=0, text=answer)],
+    )
 
 
 def _same(a: Grade, b: Grade) -> bool:
     return a.reward == b.reward and a.success == b.success
 
 
-def assess(trajectories: Sequence[Trajectory], tasks: Sequence[Task], grade: GradeFn, *,
-           thresholds: CheckThresholds | None = None, regrade_limit: int | None = 200,
-           env: str | None = None, policy: str | None = None) -> CheckResult:
+def assess(
+    trajectories: Sequence[Trajectory],
+    tasks: Sequence[Task],
+    grade: GradeFn,
+    *,
+    thresholds: CheckThresholds | None = None,
+    regrade_limit: int | None = 200,
+    env: str | None = None,
+    policy: str | None = None,
+) -> CheckResult:
     """Eligibility figures and verdict from graded trajectories; ``grade`` re-grades (determinism, guesses)."""
     th = thresholds or CheckThresholds()
     if not trajectories:
@@ -129,15 +144,25 @@ def assess(trajectories: Sequence[Trajectory], tasks: Sequence[Task], grade: Gra
     error_rate = sum(1 for t in graded if t.grade.errors) / len(graded) if graded else 1.0  # type: ignore[union-attr]
 
     result = CheckResult(
-        env=env, policy=policy, n_tasks=len(groups), samples_per_task=min(len(g) for g in groups.values()),
-        n_trajectories=n, success_rate=successes / n, success_ci=wilson_interval(successes, n),
-        solved_at_least_once=solved, pass_at_k=at, guessability=guessability,
+        env=env,
+        policy=policy,
+        n_tasks=len(groups),
+        samples_per_task=min(len(g) for g in groups.values()),
+        n_trajectories=n,
+        success_rate=successes / n,
+        success_ci=wilson_interval(successes, n),
+        solved_at_least_once=solved,
+        pass_at_k=at,
+        guessability=guessability,
         guess_rate_max=max(guessability.values(), default=0.0),
-        grader_agreement=agreement, n_regraded=len(to_regrade), grader_error_rate=error_rate,
+        grader_agreement=agreement,
+        n_regraded=len(to_regrade),
+        grader_error_rate=error_rate,
         reward_at_min=sum(1 for r in rewards if r <= lo) / len(rewards) if rewards else 0.0,
         reward_at_max=sum(1 for r in rewards if r >= hi) / len(rewards) if rewards else 0.0,
         zero_variance_groups=flat / len(multi) if multi else 1.0,
-        verdict="worth_it", reasons=[],
+        verdict="worth_it",
+        reasons=[],
     )
     verdict, reasons = decide(result, th)
     return result.model_copy(update={"verdict": verdict, "reasons": reasons})
@@ -147,24 +172,33 @@ def decide(r: CheckResult, th: CheckThresholds) -> tuple[Verdict, list[str]]:
     """The verdict and every reason behind it (``not_suitable`` outranks ``not_yet``)."""
     unsuitable, later = [], []
     if r.grader_agreement < 1.0:
-        unsuitable.append(f"grader is not deterministic: {r.grader_agreement:.0%} of {r.n_regraded} "
-                          "trajectories got the same grade twice")
+        unsuitable.append(
+            f"grader is not deterministic: {r.grader_agreement:.0%} of {r.n_regraded} "
+            "trajectories got the same grade twice"
+        )
     if r.guess_rate_max >= th.max_guess_rate:
         best = max(r.guessability, key=r.guessability.__getitem__)
-        unsuitable.append(f"answers are guessable: the trivial policy {best!r} scores {r.guess_rate_max:.0%} "
-                          f"(limit {th.max_guess_rate:.0%})")
+        unsuitable.append(
+            f"answers are guessable: the trivial policy {best!r} scores {r.guess_rate_max:.0%} "
+            f"(limit {th.max_guess_rate:.0%})"
+        )
     if r.success_rate >= th.saturated_rate:
-        unsuitable.append(f"already solved: success rate {r.success_rate:.0%} ≥ {th.saturated_rate:.0%}; "
-                          "use harder tasks")
+        unsuitable.append(
+            f"already solved: success rate {r.success_rate:.0%} ≥ {th.saturated_rate:.0%}; use harder tasks"
+        )
     elif r.success_ci[1] >= 1.0:
         unsuitable.append("every sample succeeds: no failure to learn from")
     if r.success_ci[0] <= 0.0:
-        later.append("the policy never succeeds (0 of "
-                     f"{r.n_trajectories}, 95% CI up to {r.success_ci[1]:.1%}): no learning signal; use easier "
-                     "tasks, more samples or an SFT warm start first")
+        later.append(
+            "the policy never succeeds (0 of "
+            f"{r.n_trajectories}, 95% CI up to {r.success_ci[1]:.1%}): no learning signal; use easier "
+            "tasks, more samples or an SFT warm start first"
+        )
     if r.zero_variance_groups > th.max_zero_variance_groups:
-        later.append(f"{r.zero_variance_groups:.0%} of groups have identical rewards (no GRPO gradient); "
-                     "raise samples or temperature")
+        later.append(
+            f"{r.zero_variance_groups:.0%} of groups have identical rewards (no GRPO gradient); "
+            "raise samples or temperature"
+        )
     if r.grader_error_rate > th.max_grader_error_rate:
         later.append(f"{r.grader_error_rate:.0%} of grades carry grader errors; fix the grader first")
     if unsuitable:
@@ -186,9 +220,20 @@ def make_grade_fn(grader: Grader) -> GradeFn:
     return lambda traj, task: grade_trajectory(grader, traj, dict(task.data))
 
 
-async def check_async(env: Any, sampler: Any, *, samples: int = 4, tasks: int | None = 20, split: str = "train",
-                      store: Any = None, params: Any = None, thresholds: CheckThresholds | None = None,
-                      env_spec: str | None = None, tool_format: str = "xml", progress: bool = True) -> CheckResult:
+async def check_async(
+    env: Any,
+    sampler: Any,
+    *,
+    samples: int = 4,
+    tasks: int | None = 20,
+    split: str = "train",
+    store: Any = None,
+    params: Any = None,
+    thresholds: CheckThresholds | None = None,
+    env_spec: str | None = None,
+    tool_format: str = "xml",
+    progress: bool = True,
+) -> CheckResult:
     """Play ``samples`` episodes on the first ``tasks`` tasks of ``split``, then `assess` them."""
     from agentrft.eval.harness import select_tasks
     from agentrft.graders import load_grader
@@ -201,11 +246,16 @@ async def check_async(env: Any, sampler: Any, *, samples: int = 4, tasks: int | 
     if not chosen:
         raise ValueError(f"environment {env.name!r} has no tasks in split {split!r}")
     grader = load_grader(env.grader_spec())
-    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format,
-                    progress=progress)
+    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
     trajs = await runner.run(chosen, samples, run_id=new_id())
-    return assess(trajs, chosen, make_grade_fn(grader), thresholds=thresholds,
-                  env=env_spec or env.name, policy=getattr(sampler, "policy", None))
+    return assess(
+        trajs,
+        chosen,
+        make_grade_fn(grader),
+        thresholds=thresholds,
+        env=env_spec or env.name,
+        policy=getattr(sampler, "policy", None),
+    )
 
 
 def check(env: Any, sampler: Any, **kwargs: Any) -> CheckResult:

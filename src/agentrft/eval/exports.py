@@ -40,15 +40,18 @@ def split_prompt(messages: Sequence[Message]) -> tuple[list[Message], list[Messa
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     if last_user < 0:
         raise ValueError("trajectory has no user message, so it has no prompt to export")
-    return list(messages[: last_user + 1]), list(messages[last_user + 1:])
+    return list(messages[: last_user + 1]), list(messages[last_user + 1 :])
 
 
 def _dump(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return [m.to_openai() for m in messages]
 
 
-def rft_rows(trajectories: Sequence[Trajectory], task_data: Mapping[str, Mapping[str, Any]],
-             task_tools: Mapping[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+def rft_rows(
+    trajectories: Sequence[Trajectory],
+    task_data: Mapping[str, Mapping[str, Any]],
+    task_tools: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
     """One RFT row per task (first trajectory of each task gives the prompt)."""
     rows, seen = [], set()
     for t in trajectories:
@@ -109,8 +112,10 @@ def sft_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
         cur = best.get(t.task_id)
         if cur is None or (t.grade.reward, -_tokens(t)) > (cur.grade.reward, -_tokens(cur)):  # type: ignore[union-attr]
             best[t.task_id] = t
-    return [{"messages": _dump(t.messages), "task_id": t.task_id, "trajectory_id": t.id,
-             "reward": t.grade.reward} for t in best.values()]  # type: ignore[union-attr]
+    return [
+        {"messages": _dump(t.messages), "task_id": t.task_id, "trajectory_id": t.id, "reward": t.grade.reward}
+        for t in best.values()
+    ]  # type: ignore[union-attr]
 
 
 def dpo_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
@@ -128,9 +133,19 @@ def dpo_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
             continue
         prompt, chosen = split_prompt(hi.messages)
         _, rejected = split_prompt(lo.messages)
-        rows.append({"prompt": _dump(prompt), "chosen": _dump(chosen), "rejected": _dump(rejected),
-                     "task_id": hi.task_id, "group_id": key, "chosen_id": hi.id, "rejected_id": lo.id,
-                     "chosen_reward": hi.grade.reward, "rejected_reward": lo.grade.reward})  # type: ignore[union-attr]
+        rows.append(
+            {
+                "prompt": _dump(prompt),
+                "chosen": _dump(chosen),
+                "rejected": _dump(rejected),
+                "task_id": hi.task_id,
+                "group_id": key,
+                "chosen_id": hi.id,
+                "rejected_id": lo.id,
+                "chosen_reward": hi.grade.reward,
+                "rejected_reward": lo.grade.reward,
+            }
+        )  # type: ignore[union-attr]
     return rows
 
 
@@ -164,11 +179,23 @@ def write_parquet(trajectories: Sequence[Trajectory], path: str | Path) -> int:
         cols["num_tool_calls"].append(len(t.tool_calls))
         cols["created_at"].append(t.created_at)
         cols["trajectory"].append(t.to_json())
-    schema = pa.schema([("id", pa.string()), ("run_id", pa.string()), ("task_id", pa.string()),
-                        ("group_id", pa.string()), ("policy", pa.string()), ("policy_version", pa.int64()),
-                        ("status", pa.string()), ("reward", pa.float64()), ("success", pa.bool_()),
-                        ("num_turns", pa.int64()), ("num_tool_calls", pa.int64()), ("created_at", pa.float64()),
-                        ("trajectory", pa.string())])
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("run_id", pa.string()),
+            ("task_id", pa.string()),
+            ("group_id", pa.string()),
+            ("policy", pa.string()),
+            ("policy_version", pa.int64()),
+            ("status", pa.string()),
+            ("reward", pa.float64()),
+            ("success", pa.bool_()),
+            ("num_turns", pa.int64()),
+            ("num_tool_calls", pa.int64()),
+            ("created_at", pa.float64()),
+            ("trajectory", pa.string()),
+        ]
+    )
     table = pa.table({name: cols.get(name, []) for name in schema.names}, schema=schema)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, str(path))

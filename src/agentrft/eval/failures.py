@@ -37,8 +37,16 @@ from typing import Any, Literal
 from agentrft.types import ToolCallEvent, Trajectory
 
 FailureCategory = Literal[
-    "no_tool_call", "malformed_tool_call", "unknown_tool", "tool_error", "wrong_document",
-    "wrong_operands", "arithmetic_slip", "no_final_answer", "over_budget", "wrong_answer",
+    "no_tool_call",
+    "malformed_tool_call",
+    "unknown_tool",
+    "tool_error",
+    "wrong_document",
+    "wrong_operands",
+    "arithmetic_slip",
+    "no_final_answer",
+    "over_budget",
+    "wrong_answer",
 ]
 FAILURE_CATEGORIES: tuple[str, ...] = FailureCategory.__args__  # type: ignore[attr-defined]
 
@@ -65,7 +73,7 @@ def _const(arg: str) -> float | None:
         return -1.0
     if arg.startswith("const_"):
         try:
-            return float(arg[len("const_"):])
+            return float(arg[len("const_") :])
         except ValueError:
             return None
     return None
@@ -89,7 +97,7 @@ _BINARY = {
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
     "divide": lambda a, b: a / b,
-    "exp": lambda a, b: a ** b,
+    "exp": lambda a, b: a**b,
 }
 
 
@@ -206,8 +214,7 @@ def _const_free(value: float, program: Any) -> bool:
     return value not in consts
 
 
-def count_failures(trajectories: Iterable[Trajectory],
-                   task_data: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+def count_failures(trajectories: Iterable[Trajectory], task_data: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """Failure counts per category (every category present, zeros included)."""
     counts: Counter[str] = Counter({c: 0 for c in FAILURE_CATEGORIES})
     for t in trajectories:
@@ -217,5 +224,11 @@ def count_failures(trajectories: Iterable[Trajectory],
     return {c: counts[c] for c in FAILURE_CATEGORIES}
 
 
-__all__ = ["FAILURE_CATEGORIES", "FailureCategory", "classify_failure", "count_failures",
-           "gold_numbers", "parse_numbers"]
+__all__ = [
+    "FAILURE_CATEGORIES",
+    "FailureCategory",
+    "classify_failure",
+    "count_failures",
+    "gold_numbers",
+    "parse_numbers",
+]

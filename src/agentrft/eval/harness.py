@@ -173,7 +173,8 @@ def _breakdowns(per_task: Sequence[TaskResult], key: str) -> dict[str, Breakdown
         trs = groups[name]
         n = sum(t.n for t in trs)
         out[name] = Breakdown(
-            n_tasks=len(trs), n_samples=n,
+            n_tasks=len(trs),
+            n_samples=n,
             success_rate=sum(t.successes for t in trs) / n if n else 0.0,
             mean_reward=sum(t.mean_reward for t in trs) / len(trs),
         )
@@ -216,14 +217,23 @@ def _cost(trajs: Sequence[Trajectory], successes: int, prices: Prices | None) ->
     total_seconds = sum(_episode_seconds(t) for t in trajs)
     ends = [t.finished_at for t in trajs if t.finished_at is not None]
     wall = max(0.0, max(ends) - min(t.created_at for t in trajs)) if ends else total_seconds
-    usd = None if prices is None else (sum(prices.cost(p, c) for p, c in toks)
-                                       + wall / 3600.0 * prices.compute_per_hour)
-    per = (lambda x: None if x is None or successes == 0 else x / successes)
+    usd = (
+        None if prices is None else (sum(prices.cost(p, c) for p, c in toks) + wall / 3600.0 * prices.compute_per_hour)
+    )
+
+    def per(x):
+        return None if x is None or successes == 0 else x / successes
+
     return CostStats(
-        successes=successes, total_tokens=total_tokens, total_seconds=total_seconds, wall_seconds=wall,
+        successes=successes,
+        total_tokens=total_tokens,
+        total_seconds=total_seconds,
+        wall_seconds=wall,
         compute_per_hour=None if prices is None else prices.compute_per_hour,
-        tokens_per_success=per(total_tokens), seconds_per_success=per(total_seconds),
-        total_usd=usd, usd_per_success=per(usd),
+        tokens_per_success=per(total_tokens),
+        seconds_per_success=per(total_seconds),
+        total_usd=usd,
+        usd_per_success=per(usd),
     )
 
 
@@ -232,14 +242,21 @@ def _grader_errors(trajs: Iterable[Trajectory]) -> dict[str, int]:
     return dict(sorted(Counter(f"{e.grader}:{e.flag}" for e in errs).items()))
 
 
-def summarize(trajectories: Sequence[Trajectory], tasks: Sequence[Task] | Mapping[str, Task] | None = None, *,
-              prices: Prices | None = None, run_id: str | None = None, run_name: str = "",
-              env: str | None = None, split: str | None = None, seed: int = 0) -> EvalResult:
+def summarize(
+    trajectories: Sequence[Trajectory],
+    tasks: Sequence[Task] | Mapping[str, Task] | None = None,
+    *,
+    prices: Prices | None = None,
+    run_id: str | None = None,
+    run_name: str = "",
+    env: str | None = None,
+    split: str | None = None,
+    seed: int = 0,
+) -> EvalResult:
     """Every eval figure from trajectories; ``tasks`` supply level / template / gold program."""
     if not trajectories:
         raise ValueError("no trajectories to summarise")
-    task_map: dict[str, Task] = (dict(tasks) if isinstance(tasks, Mapping)
-                                 else {t.id: t for t in tasks or []})
+    task_map: dict[str, Task] = dict(tasks) if isinstance(tasks, Mapping) else {t.id: t for t in tasks or []}
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         by_task[t.task_id].append(t)
@@ -248,13 +265,16 @@ def summarize(trajectories: Sequence[Trajectory], tasks: Sequence[Task] | Mappin
     for task_id in sorted(by_task):
         group = by_task[task_id]
         data = task_map[task_id].data if task_id in task_map else {}
-        per_task.append(TaskResult(
-            task_id=task_id, n=len(group),
-            successes=sum(1 for t in group if t.grade is not None and t.grade.success),
-            mean_reward=sum((t.reward or 0.0) for t in group) / len(group),
-            level=None if data.get("level") is None else str(data["level"]),
-            template=data.get("template"),
-        ))
+        per_task.append(
+            TaskResult(
+                task_id=task_id,
+                n=len(group),
+                successes=sum(1 for t in group if t.grade is not None and t.grade.success),
+                mean_reward=sum((t.reward or 0.0) for t in group) / len(group),
+                level=None if data.get("level") is None else str(data["level"]),
+                template=data.get("template"),
+            )
+        )
     at, hat = pass_curves([(tr.n, tr.successes) for tr in per_task])
     successes = sum(tr.successes for tr in per_task)
     rewards = [tr.mean_reward for tr in per_task]
@@ -265,13 +285,18 @@ def summarize(trajectories: Sequence[Trajectory], tasks: Sequence[Task] | Mappin
             failures[cat] += 1
     policies = sorted({t.policy for t in trajectories if t.policy})
     return EvalResult(
-        run_id=run_id, run_name=run_name,
-        env=env or trajectories[0].env.name, policy=", ".join(policies) or None, split=split,
-        n_tasks=len(per_task), n_trajectories=len(trajectories),
+        run_id=run_id,
+        run_name=run_name,
+        env=env or trajectories[0].env.name,
+        policy=", ".join(policies) or None,
+        split=split,
+        n_tasks=len(per_task),
+        n_trajectories=len(trajectories),
         samples_per_task=min(tr.n for tr in per_task),
         n_ungraded=sum(1 for t in trajectories if t.grade is None),
         success_rate=successes / len(trajectories),
-        pass_at_k=at, pass_hat_k=hat,
+        pass_at_k=at,
+        pass_hat_k=hat,
         mean_reward=sum(rewards) / len(rewards),
         reward_ci=bootstrap_ci(rewards, seed=seed),
         per_level=_breakdowns(per_task, "level"),
@@ -298,10 +323,23 @@ def evaluate(env: Any, sampler: Any, **kwargs: Any) -> EvalResult:
     return asyncio.run(evaluate_async(env, sampler, **kwargs))
 
 
-async def evaluate_async(env: Any, sampler: Any, *, split: str = "held-out", samples: int = 4,
-                   tasks: int | None = None, store: Any, run_name: str = "eval", params: Any = None,
-                   prices: Prices | None = None, env_spec: str | None = None, grader: Any = None,
-                   tool_format: str = "xml", seed: int = 0, progress: bool = True) -> EvalResult:
+async def evaluate_async(
+    env: Any,
+    sampler: Any,
+    *,
+    split: str = "held-out",
+    samples: int = 4,
+    tasks: int | None = None,
+    store: Any,
+    run_name: str = "eval",
+    params: Any = None,
+    prices: Prices | None = None,
+    env_spec: str | None = None,
+    grader: Any = None,
+    tool_format: str = "xml",
+    seed: int = 0,
+    progress: bool = True,
+) -> EvalResult:
     """Play ``samples`` episodes of each selected task, store them and the run, return the summary.
 
     ``grader`` defaults to the environment's own (``env.grader_spec()``); ``params``
@@ -322,20 +360,35 @@ async def evaluate_async(env: Any, sampler: Any, *, split: str = "held-out", sam
     if prices is None and isinstance(sampler, TrainablePolicy):  # weights in this process: priced as compute
         prices = Prices(compute_per_hour=LOCAL_COMPUTE_USD_PER_HOUR)
     run_id = new_id()
-    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format,
-                    progress=progress)
+    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
     params = getattr(runner, "params", params)
     trajs = await runner.run(chosen, samples, run_id=run_id)
-    result = summarize(trajs, chosen, prices=prices, run_id=run_id, run_name=run_name,
-                       env=env_spec or env.name, split=split, seed=seed)
-    config = {"env": env_spec or env.name, "split": split, "samples": samples, "tasks": tasks,
-              "policy": getattr(sampler, "policy", None), "params": None if params is None else params.model_dump(),
-              "tool_format": tool_format, "prices": None if prices is None else prices.model_dump()}
-    store.add_run(Run(id=run_id, name=run_name, kind="eval", config=config, metadata={
-        "result": result.model_dump(mode="json"),
-        # kept so exports and reports can recover grading data without rebuilding the env
-        "task_data": {t.id: t.data for t in chosen},
-    }))
+    result = summarize(
+        trajs, chosen, prices=prices, run_id=run_id, run_name=run_name, env=env_spec or env.name, split=split, seed=seed
+    )
+    config = {
+        "env": env_spec or env.name,
+        "split": split,
+        "samples": samples,
+        "tasks": tasks,
+        "policy": getattr(sampler, "policy", None),
+        "params": None if params is None else params.model_dump(),
+        "tool_format": tool_format,
+        "prices": None if prices is None else prices.model_dump(),
+    }
+    store.add_run(
+        Run(
+            id=run_id,
+            name=run_name,
+            kind="eval",
+            config=config,
+            metadata={
+                "result": result.model_dump(mode="json"),
+                # kept so exports and reports can recover grading data without rebuilding the env
+                "task_data": {t.id: t.data for t in chosen},
+            },
+        )
+    )
     return result
 
 

@@ -81,8 +81,9 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def bootstrap_ci(values: Sequence[float], *, n_boot: int = 2000, alpha: float = 0.05,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float], *, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean of ``values`` (one value per task), seeded.
 
     With a single value (or all values equal) the interval collapses to that value.
@@ -133,8 +134,16 @@ class PairedComparison(BaseModel):
     only_in_b: int = 0
 
 
-def paired_test(rates_a: Mapping[str, float], rates_b: Mapping[str, float], *, n_boot: int = 2000,
-                n_perm: int = 20000, exact_max: int = 16, alpha: float = 0.05, seed: int = 0) -> PairedComparison:
+def paired_test(
+    rates_a: Mapping[str, float],
+    rates_b: Mapping[str, float],
+    *,
+    n_boot: int = 2000,
+    n_perm: int = 20000,
+    exact_max: int = 16,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> PairedComparison:
     """Compare two runs on shared tasks from their per-task success rates (or mean rewards)."""
     shared = sorted(set(rates_a) & set(rates_b))
     if not shared:
@@ -149,13 +158,15 @@ def paired_test(rates_a: Mapping[str, float], rates_b: Mapping[str, float], *, n
     if not nonzero:
         p, method = 1.0, "paired sign-flip permutation (no non-zero difference)"
     elif len(nonzero) <= exact_max:
-        hits = sum(1 for signs in itertools.product((1, -1), repeat=len(nonzero))
-                   if abs(sum(s * d for s, d in zip(signs, nonzero))) >= target)
+        hits = sum(
+            1
+            for signs in itertools.product((1, -1), repeat=len(nonzero))
+            if abs(sum(s * d for s, d in zip(signs, nonzero, strict=True))) >= target
+        )
         p, method = hits / 2 ** len(nonzero), "paired sign-flip permutation (exact)"
     else:
         rng = random.Random(seed)
-        hits = sum(1 for _ in range(n_perm)
-                   if abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= target)
+        hits = sum(1 for _ in range(n_perm) if abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= target)
         # +1 in numerator and denominator: the observed pattern is one of the permutations.
         p, method = (hits + 1) / (n_perm + 1), f"paired sign-flip permutation (Monte Carlo, {n_perm} draws)"
     return PairedComparison(

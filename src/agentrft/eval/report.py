@@ -142,8 +142,10 @@ def _before_after(results: list[tuple[str, EvalResult]]) -> str:
         vals = [get(r) for _, r in results]
         cells = [escape(label), *((_pct if pct else _num)(v) for v in vals)]
         if label == "mean reward":
-            cells[1:1 + len(vals)] = [f"{_num(r.mean_reward)} <span class=\"kv\">[{r.reward_ci[0]:.3f}, "
-                                      f"{r.reward_ci[1]:.3f}]</span>" for _, r in results]
+            cells[1 : 1 + len(vals)] = [
+                f'{_num(r.mean_reward)} <span class="kv">[{r.reward_ci[0]:.3f}, {r.reward_ci[1]:.3f}]</span>'
+                for _, r in results
+            ]
         if len(results) == 2:
             cells.append(_delta(vals[0], vals[1], pct, better))
         rows.append(cells)
@@ -151,10 +153,12 @@ def _before_after(results: list[tuple[str, EvalResult]]) -> str:
     if len(results) == 2:
         try:
             cmp = paired_test(results[0][1].task_rates(), results[1][1].task_rates())
-            html += (f'<p class="note">Paired comparison on {cmp.n_tasks} shared tasks: success rate '
-                     f'{cmp.diff:+.1%} (95% CI {cmp.ci[0]:+.1%} to {cmp.ci[1]:+.1%}), p = {cmp.p_value:.3g} '
-                     f'({escape(cmp.method)}); better on {cmp.wins_b}, worse on {cmp.wins_a}, '
-                     f'tied on {cmp.ties}.</p>')
+            html += (
+                f'<p class="note">Paired comparison on {cmp.n_tasks} shared tasks: success rate '
+                f"{cmp.diff:+.1%} (95% CI {cmp.ci[0]:+.1%} to {cmp.ci[1]:+.1%}), p = {cmp.p_value:.3g} "
+                f"({escape(cmp.method)}); better on {cmp.wins_b}, worse on {cmp.wins_a}, "
+                f"tied on {cmp.ties}.</p>"
+            )
         except ValueError as e:
             html += f'<p class="note">No paired comparison: {escape(str(e))}.</p>'
     return html
@@ -164,27 +168,47 @@ def _level_and_failures(results: list[tuple[str, EvalResult]]) -> str:
     if not results:
         return ""
     levels = sorted({lv for _, r in results for lv in r.per_level}, key=lambda s: (len(s), s))
-    lv_chart = bar_chart("Success rate per curriculum level", levels,
-                         {name: [r.per_level[lv].success_rate if lv in r.per_level else 0.0 for lv in levels]
-                          for name, r in results}, y_range=(0.0, 1.0), percent=True)
+    lv_chart = bar_chart(
+        "Success rate per curriculum level",
+        levels,
+        {name: [r.per_level[lv].success_rate if lv in r.per_level else 0.0 for lv in levels] for name, r in results},
+        y_range=(0.0, 1.0),
+        percent=True,
+    )
     cats = [c for c in results[-1][1].failures if any(r.failures.get(c, 0) for _, r in results)]
-    fail_chart = bar_chart("Failure categories (first wrong step)", cats,
-                           {name: [float(r.failures.get(c, 0)) for c in cats] for name, r in results})
+    fail_chart = bar_chart(
+        "Failure categories (first wrong step)",
+        cats,
+        {name: [float(r.failures.get(c, 0)) for c in cats] for name, r in results},
+    )
     tools = sorted({t for _, r in results for t in r.tools.calls_per_episode_by_tool})
-    tool_chart = bar_chart("Tool calls per episode", tools,
-                           {name: [r.tools.calls_per_episode_by_tool.get(t, 0.0) for t in tools] for name, r in results})
-    pass_chart = line_chart("pass@k and pass^k by k", {
-        **{f"{name} pass@k": [(float(k), v) for k, v in r.pass_at_k.items()] for name, r in results},
-        **{f"{name} pass^k": [(float(k), v) for k, v in r.pass_hat_k.items()] for name, r in results},
-    }, x_label="k", y_range=(0.0, 1.0))
-    err_rows = [[escape(name), escape(kind), str(n)] for name, r in results for kind, n in r.tools.errors_by_kind.items()]
+    tool_chart = bar_chart(
+        "Tool calls per episode",
+        tools,
+        {name: [r.tools.calls_per_episode_by_tool.get(t, 0.0) for t in tools] for name, r in results},
+    )
+    pass_chart = line_chart(
+        "pass@k and pass^k by k",
+        {
+            **{f"{name} pass@k": [(float(k), v) for k, v in r.pass_at_k.items()] for name, r in results},
+            **{f"{name} pass^k": [(float(k), v) for k, v in r.pass_hat_k.items()] for name, r in results},
+        },
+        x_label="k",
+        y_range=(0.0, 1.0),
+    )
+    err_rows = [
+        [escape(name), escape(kind), str(n)] for name, r in results for kind, n in r.tools.errors_by_kind.items()
+    ]
     fail_rows = [[escape(c), *(str(r.failures.get(c, 0)) for _, r in results)] for c in results[-1][1].failures]
-    return (f'<section id="levels"><h2>Per-level success</h2><div class="charts">{lv_chart}{pass_chart}</div></section>'
-            f'<section id="tools"><h2>Tool use</h2><div class="charts">{tool_chart}</div>'
-            + (_table(["run", "tool error kind", "count"], err_rows) if err_rows else
-               '<p class="note">No tool errors.</p>') + "</section>"
-            f'<section id="failures"><h2>Failure categories</h2><div class="charts">{fail_chart}</div>'
-            + _table(["category", *(name for name, _ in results)], fail_rows) + "</section>")
+    return (
+        f'<section id="levels"><h2>Per-level success</h2><div class="charts">{lv_chart}{pass_chart}</div></section>'
+        f'<section id="tools"><h2>Tool use</h2><div class="charts">{tool_chart}</div>'
+        + (_table(["run", "tool error kind", "count"], err_rows) if err_rows else '<p class="note">No tool errors.</p>')
+        + "</section>"
+        f'<section id="failures"><h2>Failure categories</h2><div class="charts">{fail_chart}</div>'
+        + _table(["category", *(name for name, _ in results)], fail_rows)
+        + "</section>"
+    )
 
 
 def _exclusions(steps: list[dict[str, Any]]) -> str:
@@ -195,11 +219,15 @@ def _exclusions(steps: list[dict[str, Any]]) -> str:
     trained = sum(float(row.get("train_sequences", 0.0)) for row in steps)
     if not keys:
         return f'<p class="note">Nothing was excluded from training ({trained:.0f} trajectories trained).</p>'
-    rows = [[escape(k), f"{sum(float(row.get(k, 0.0)) for row in steps):.0f}",
-             f"{sum(1 for row in steps if row.get(k)):d}"] for k in keys]
-    return (f'<h3>Excluded from training</h3><p class="note">{trained:.0f} trajectories trained; episode and grader '
-            'errors are counted here, never trained on as reward 0.</p>'
-            + _table(["cause", "count", "steps with any"], rows, "exclusions"))
+    rows = [
+        [escape(k), f"{sum(float(row.get(k, 0.0)) for row in steps):.0f}", f"{sum(1 for row in steps if row.get(k)):d}"]
+        for k in keys
+    ]
+    return (
+        f'<h3>Excluded from training</h3><p class="note">{trained:.0f} trajectories trained; episode and grader '
+        "errors are counted here, never trained on as reward 0.</p>"
+        + _table(["cause", "count", "steps with any"], rows, "exclusions")
+    )
 
 
 def _clip(text: str) -> str:
@@ -215,24 +243,48 @@ def trajectory_view(t: Trajectory, run_name: str, task_data: dict[str, Any] | No
             item["turn"] = turn
             turn += 1
         if m.tool_calls:
-            item["tool_calls"] = [{"id": c.id, "name": c.function.name, "arguments": _clip(c.function.arguments)}
-                                  for c in m.tool_calls]
+            item["tool_calls"] = [
+                {"id": c.id, "name": c.function.name, "arguments": _clip(c.function.arguments)} for c in m.tool_calls
+            ]
         messages.append(item)
-    grade = None if t.grade is None else {
-        "reward": t.grade.reward, "success": t.grade.success, "sub_rewards": t.grade.sub_rewards,
-        "turn_rewards": t.grade.turn_rewards, "errors": [e.model_dump() for e in t.grade.errors]}
+    grade = (
+        None
+        if t.grade is None
+        else {
+            "reward": t.grade.reward,
+            "success": t.grade.success,
+            "sub_rewards": t.grade.sub_rewards,
+            "turn_rewards": t.grade.turn_rewards,
+            "errors": [e.model_dump() for e in t.grade.errors],
+        }
+    )
     return {
-        "id": t.id, "run": run_name, "task_id": t.task_id, "policy": t.policy, "status": t.status,
-        "reward": t.reward, "success": bool(t.grade and t.grade.success), "grade": grade,
-        "failure": classify_failure(t, task_data), "final_answer": t.final_answer, "messages": messages,
-        "tool_events": [{"call_id": c.call_id, "name": c.name, "error": c.error, "error_kind": c.error_kind}
-                        for c in t.tool_calls],
+        "id": t.id,
+        "run": run_name,
+        "task_id": t.task_id,
+        "policy": t.policy,
+        "status": t.status,
+        "reward": t.reward,
+        "success": bool(t.grade and t.grade.success),
+        "grade": grade,
+        "failure": classify_failure(t, task_data),
+        "final_answer": t.final_answer,
+        "messages": messages,
+        "tool_events": [
+            {"call_id": c.call_id, "name": c.name, "error": c.error, "error_kind": c.error_kind} for c in t.tool_calls
+        ],
     }
 
 
 def _embed(obj: Any) -> str:
-    return (json.dumps(obj, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        json.dumps(obj, ensure_ascii=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
@@ -257,24 +309,35 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
             browse += [(t, run.name or run.id, task_data.get(t.task_id)) for t in trajs]
         if not chosen:  # no eval run: browse whatever the store holds (e.g. training rollouts)
             names = {r.id: r.name or r.id for r in runs}
-            browse = [(t, names.get(t.run_id, t.run_id), None) for t in store.query_trajectories(limit=max_trajectories)]
+            browse = [
+                (t, names.get(t.run_id, t.run_id), None) for t in store.query_trajectories(limit=max_trajectories)
+            ]
         steps = _step_metrics(store, runs, run_dir)
     finally:
         store.close()
 
     reward_chart = line_chart("Reward over training steps", _curves(steps, _REWARD_KEY))
-    pass_chart = line_chart("Success (pass@1) and pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0))
-    body = (f'<section id="training"><h2>Training</h2><div class="charts">{reward_chart}{pass_chart}</div>'
-            f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}</section>'
-            f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
-            + _level_and_failures(results))
+    pass_chart = line_chart(
+        "Success (pass@1) and pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0)
+    )
+    body = (
+        f'<section id="training"><h2>Training</h2><div class="charts">{reward_chart}{pass_chart}</div>'
+        f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}</section>'
+        f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
+        + _level_and_failures(results)
+    )
     views = [trajectory_view(t, name, data) for t, name, data in browse[:max_trajectories]]
     payload = {"trajectories": views, "truncated": len(browse) > max_trajectories, "total": len(browse)}
-    subtitle = (f"{escape(str(run_dir))} · {len(runs)} runs · "
-                + (" vs ".join(escape(n) for n, _ in results) if results else "no eval run"))
+    subtitle = f"{escape(str(run_dir))} · {len(runs)} runs · " + (
+        " vs ".join(escape(n) for n, _ in results) if results else "no eval run"
+    )
     template = resources.files("agentrft.eval").joinpath("report_template.html").read_text(encoding="utf-8")
-    values = {"TITLE": escape(f"agentrft report — {run_dir.name}"), "SUBTITLE": subtitle, "BODY": body,
-              "DATA": _embed(payload)}
+    values = {
+        "TITLE": escape(f"agentrft report — {run_dir.name}"),
+        "SUBTITLE": subtitle,
+        "BODY": body,
+        "DATA": _embed(payload),
+    }
     # one pass, so a marker-like string inside a value is never substituted again
     return re.sub(r"__(TITLE|SUBTITLE|BODY|DATA)__", lambda m: values[m.group(1)], template)
 

@@ -26,7 +26,22 @@ from agentrft.graders.results import (
 )
 
 __all__ = [
-    "FunctionGrader", "Grader", "GraderFailure", "GraderSpecError", "LoadOptions", "Sample", "Score",
-    "WeightedGrader", "agrade_many", "agrade_trajectories", "agrade_trajectory", "combine", "grade_trajectory", "grader_types",
-    "load_grader", "register_grader", "summarize_grades", "trajectory_cost",
+    "FunctionGrader",
+    "Grader",
+    "GraderFailure",
+    "GraderSpecError",
+    "LoadOptions",
+    "Sample",
+    "Score",
+    "WeightedGrader",
+    "agrade_many",
+    "agrade_trajectories",
+    "agrade_trajectory",
+    "combine",
+    "grade_trajectory",
+    "grader_types",
+    "load_grader",
+    "register_grader",
+    "summarize_grades",
+    "trajectory_cost",
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from abc import ABC
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,7 +60,7 @@ class Sample:
     message when it has no tool calls; "" when the episode never answered).
     """
 
-    __slots__ = ("output_text", "output_json", "output_tools", "choices", "trajectory", "_traj_dict")
+    __slots__ = ("_traj_dict", "choices", "output_json", "output_text", "output_tools", "trajectory")
 
     def __init__(
         self,
@@ -155,7 +154,7 @@ def _maybe_json(text: str) -> Any:
         return None
 
 
-class Grader(ABC):
+class Grader:
     """Base of every grader. Subclasses set `type` and implement `score` or `ascore`."""
 
     type: ClassVar[str] = ""
@@ -211,10 +210,18 @@ class Grader(ABC):
         errors = s.errors or []
         sub = s.sub if s.sub is not None else {self.name: None if errors else s.value}
         success = not errors and s.value >= self.threshold() - 1e-12
-        return _make_grade({
-            "reward": s.value, "sub_rewards": sub, "turn_rewards": s.turn_rewards, "success": success,
-            "errors": errors, "cost": _make_cost(), "grader": self.name, "metadata": s.metadata or {},
-        })
+        return _make_grade(
+            {
+                "reward": s.value,
+                "sub_rewards": sub,
+                "turn_rewards": s.turn_rewards,
+                "success": success,
+                "errors": errors,
+                "cost": _make_cost(),
+                "grader": self.name,
+                "metadata": s.metadata or {},
+            }
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -228,6 +235,7 @@ def _fast_builder(cls: type[Any]) -> Any:
     checked once against `model_validate` at import and falls back to
     `model_construct` if pydantic's internals ever differ.
     """
+
     def fast(d: dict[str, Any]) -> Any:
         obj = cls.__new__(cls)
         object.__setattr__(obj, "__dict__", d)
@@ -246,9 +254,16 @@ def _select_builders() -> tuple[Any, Any]:
     gf, gs = _fast_builder(Grade)
     cf, cs = _fast_builder(Cost)
     try:
-        probe = {"reward": 0.5, "sub_rewards": {"a": 0.5}, "turn_rewards": None, "success": False, "errors": [],
-                 "cost": cf({"prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "seconds": 0.0,
-                             "usd": None}), "grader": "a", "metadata": {}}
+        probe = {
+            "reward": 0.5,
+            "sub_rewards": {"a": 0.5},
+            "turn_rewards": None,
+            "success": False,
+            "errors": [],
+            "cost": cf({"prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "seconds": 0.0, "usd": None}),
+            "grader": "a",
+            "metadata": {},
+        }
         fast = gf(dict(probe))
         if fast == Grade.model_validate(probe) and fast.model_dump() == Grade.model_validate(probe).model_dump():
             return gf, cf

@@ -20,6 +20,7 @@ Concurrency is bounded per grader (`LoadOptions.concurrency`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -70,7 +71,8 @@ class _Http:
         self.options = options
         self.timeout_s = timeout_s
         self._per_loop: weakref.WeakKeyDictionary[Any, tuple[httpx.AsyncClient, asyncio.Semaphore]] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
 
     def get(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
@@ -83,8 +85,9 @@ class _Http:
             self._per_loop[loop] = pair
         return pair
 
-    async def post(self, url: str, body: dict[str, Any], headers: dict[str, str], retries: int,
-                   fail_flag: str) -> dict[str, Any]:
+    async def post(
+        self, url: str, body: dict[str, Any], headers: dict[str, str], retries: int, fail_flag: str
+    ) -> dict[str, Any]:
         client, sem = self.get()
         # A grade waits on this call inside a batch: shorter waits than the sampler's.
         policy = RetryPolicy(max_retries=retries, backoff_s=0.2, max_backoff_s=2.0, max_retry_after_s=10.0)
@@ -146,12 +149,14 @@ class _JudgeGrader(Grader):
         base = spec.base_url or options.base_url
         if not base:
             raise GraderSpecError(f"{pre}base_url", "no judge endpoint: set base_url in the spec or LoadOptions")
-        self.url = base.rstrip("/") + ("/chat/completions" if base.rstrip("/").endswith("/v1")
-                                       else "/v1/chat/completions")
+        self.url = base.rstrip("/") + (
+            "/chat/completions" if base.rstrip("/").endswith("/v1") else "/v1/chat/completions"
+        )
         self.model = spec.model
         self.sampling = dict(spec.sampling_params)
-        self.messages = [(m.role, compile_template(m.content, f"{pre}input[{i}].content"))
-                         for i, m in enumerate(spec.input)]
+        self.messages = [
+            (m.role, compile_template(m.content, f"{pre}input[{i}].content")) for i, m in enumerate(spec.input)
+        ]
         key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else (options.api_key or "")
         if spec.api_key_env and not key:
             raise GraderSpecError(f"{pre}api_key_env", f"environment variable {spec.api_key_env} is not set")
@@ -163,8 +168,11 @@ class _JudgeGrader(Grader):
             self.cache = ReplyCache(options.cache_dir or Path.home() / ".cache" / "agentrft" / "graders")
 
     async def _reply(self, sample: Sample, item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        body = {"model": self.model, **self.sampling,
-                "messages": [{"role": r, "content": t.render(sample, item)} for r, t in self.messages]}
+        body = {
+            "model": self.model,
+            **self.sampling,
+            "messages": [{"role": r, "content": t.render(sample, item)} for r, t in self.messages],
+        }
         key = ReplyCache.key(self.url, body)
         data = self.cache.get(key) if self.cache else None
         if data is None:
@@ -188,7 +196,7 @@ class _JudgeGrader(Grader):
         except ValueError:
             start, end = text.find("{"), text.rfind("}")
             try:
-                obj = json.loads(text[start:end + 1]) if start >= 0 < end else None
+                obj = json.loads(text[start : end + 1]) if start >= 0 < end else None
             except ValueError:
                 obj = None
         if isinstance(obj, dict) and "result" in obj:
@@ -215,10 +223,8 @@ class ScoreModelGrader(_JudgeGrader):
         content, _ = await self._reply(sample, item)
         result = self._result(content)
         if isinstance(result, str):
-            try:
+            with contextlib.suppress(ValueError):
                 result = float(result)
-            except ValueError:
-                pass
         if isinstance(result, bool) or not isinstance(result, (int, float)) or not math.isfinite(result):
             raise GraderFailure("model_grader_parse_error", f"judge reply has no numeric result: {content[:200]!r}")
         return Score(min(self.hi, max(self.lo, float(result))))
@@ -231,8 +237,9 @@ class LabelModelGrader(_JudgeGrader):
     def __init__(self, name: str, spec: LabelModelSpec, where: str, options: LoadOptions) -> None:
         bad = [p for p in spec.passing_labels if p not in spec.labels]
         if bad:
-            raise GraderSpecError(f"{where}.passing_labels" if where else "passing_labels",
-                                  f"{bad[0]!r} is not one of labels")
+            raise GraderSpecError(
+                f"{where}.passing_labels" if where else "passing_labels", f"{bad[0]!r} is not one of labels"
+            )
         super().__init__(name, spec, where, options, max_reward=1.0)
         self.labels, self.passing = spec.labels, set(spec.passing_labels)
 
@@ -278,8 +285,9 @@ class EndpointGrader(Grader):
     async def ascore(self, sample: Sample, item: dict[str, Any]) -> Score:
         trace = sample.trajectory.id if sample.trajectory is not None else uuid.uuid4().hex
         body = {"sample": sample.to_dict(), "item": item, "trace_id": trace}
-        data = await self.http.post(self.spec.url, body, self.spec.headers, self.spec.max_retries,
-                                    "unresponsive_reward_error")
+        data = await self.http.post(
+            self.spec.url, body, self.spec.headers, self.spec.max_retries, "unresponsive_reward_error"
+        )
         v = data.get("score")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise GraderFailure("other_error", f"endpoint reply has no numeric 'score': {str(data)[:200]}")

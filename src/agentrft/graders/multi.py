@@ -56,7 +56,7 @@ class _Composite(Grader):
     async def ascore(self, sample: Sample, item: dict[str, Any]) -> Score:
         keys = list(self.parts)
         scores = await asyncio.gather(*(self.parts[k].safe_ascore(sample, item) for k in keys))
-        return self._merge(dict(zip(keys, scores)))
+        return self._merge(dict(zip(keys, scores, strict=True)))
 
     def _merge(self, scores: dict[str, Score]) -> Score:
         errors: list[GradeError] = []
@@ -71,8 +71,7 @@ class _Composite(Grader):
         turns = None
         if turn_lists:
             n = max(len(t) for _, t in turn_lists)
-            turns = [sum(self._turn_weight(k) * (t[i] if i < len(t) else 0.0) for k, t in turn_lists)
-                     for i in range(n)]
+            turns = [sum(self._turn_weight(k) * (t[i] if i < len(t) else 0.0) for k, t in turn_lists) for i in range(n)]
         meta = {k: s.metadata for k, s in scores.items() if s.metadata}
         if errors:
             return Score(0.0, errors, sub, turns, meta or None)
@@ -126,8 +125,9 @@ class FunctionGrader(Grader):
     (not a 0). A non-number or non-finite return is `other_error`.
     """
 
-    def __init__(self, fn: GradeFn, name: str | None = None, pass_threshold: float | None = None,
-                 max_reward: float = 1.0) -> None:
+    def __init__(
+        self, fn: GradeFn, name: str | None = None, pass_threshold: float | None = None, max_reward: float = 1.0
+    ) -> None:
         super().__init__(name or getattr(fn, "__name__", "function"), pass_threshold, max_reward)
         self.fn = fn
 
@@ -143,8 +143,9 @@ class FunctionGrader(Grader):
 class WeightedGrader(_Composite):
     """Σ weight·reward over named parts; see `combine`."""
 
-    def __init__(self, parts: dict[str, Grader], weights: dict[str, float], name: str,
-                 pass_threshold: float | None) -> None:
+    def __init__(
+        self, parts: dict[str, Grader], weights: dict[str, float], name: str, pass_threshold: float | None
+    ) -> None:
         best = sum(w * parts[k].max_reward for k, w in weights.items() if w > 0)
         super().__init__(name, parts, pass_threshold, best)
         self.weights = weights
@@ -156,8 +157,9 @@ class WeightedGrader(_Composite):
         return self.weights[key]
 
 
-def combine(parts: Mapping[str, tuple[GradeFn | Grader, float]], *, name: str = "combined",
-            pass_threshold: float | None = None) -> WeightedGrader:
+def combine(
+    parts: Mapping[str, tuple[GradeFn | Grader, float]], *, name: str = "combined", pass_threshold: float | None = None
+) -> WeightedGrader:
     """Weighted sum of functions and/or graders: `combine({"acc": (fn, 0.8), "fmt": (g, 0.2)})`."""
     if not parts:
         raise ValueError("combine() needs at least one part")

@@ -37,8 +37,17 @@ from agentrft.graders.base import Grader, GraderFailure, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
 from agentrft.graders.template import compile_template
 
-_SCALES = {"thousand": 1e3, "k": 1e3, "million": 1e6, "mn": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9,
-           "b": 1e9, "trillion": 1e12}
+_SCALES = {
+    "thousand": 1e3,
+    "k": 1e3,
+    "million": 1e6,
+    "mn": 1e6,
+    "m": 1e6,
+    "billion": 1e9,
+    "bn": 1e9,
+    "b": 1e9,
+    "trillion": 1e12,
+}
 _NUMBER = re.compile(
     r"""(?<![\w.])
     (?P<open>\(\s*)?
@@ -66,7 +75,8 @@ class Number(NamedTuple):
 
 def _to_number(m: re.Match[str]) -> Number:
     opening, sign, sign2, num, pct, scale_word, short, pct2, close = m.group(
-        "open", "sign", "sign2", "num", "pct", "scale", "short", "pct2", "close")
+        "open", "sign", "sign2", "num", "pct", "scale", "short", "pct2", "close"
+    )
     value = float(num.replace(",", "")) if "," in num else float(num)
     neg = (sign or sign2 or "") in ("-", "\u2212")
     if opening and close:
@@ -160,8 +170,16 @@ class NumericGrader(Grader):
 
     Spec = NumericSpec
 
-    def __init__(self, name: str, input: str, reference: str, rel_tol: float = 1e-2, abs_tol: float = 1e-9,
-                 where: str = "", pass_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        input: str,
+        reference: str,
+        rel_tol: float = 1e-2,
+        abs_tol: float = 1e-9,
+        where: str = "",
+        pass_threshold: float | None = None,
+    ) -> None:
         super().__init__(name, pass_threshold)
         pre = f"{where}." if where else ""
         self.input = compile_template(input, f"{pre}input")
@@ -170,8 +188,9 @@ class NumericGrader(Grader):
 
     @classmethod
     def build(cls, spec: NumericSpec, where: str, options: LoadOptions) -> NumericGrader:
-        return cls(spec.name or "numeric", spec.input, spec.reference, spec.rel_tol, spec.abs_tol, where,
-                   spec.pass_threshold)
+        return cls(
+            spec.name or "numeric", spec.input, spec.reference, spec.rel_tol, spec.abs_tol, where, spec.pass_threshold
+        )
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
         ref = reference_candidates(self.reference.value(sample, item))
@@ -192,8 +211,10 @@ class FinqaProgramSpec(SpecBase):
     table: str | None = "{{ item.table }}"
 
 
-_PROGRAM = re.compile(r"(?:(?:add|subtract|multiply|divide|exp|greater|table_sum|table_average|table_max|"
-                      r"table_min)\([^()]*\)(?:,\s*)?)+")
+_PROGRAM = re.compile(
+    r"(?:(?:add|subtract|multiply|divide|exp|greater|table_sum|table_average|table_max|"
+    r"table_min)\([^()]*\)(?:,\s*)?)+"
+)
 
 
 @register_grader("finqa_program")
@@ -208,8 +229,15 @@ class FinqaProgramGrader(Grader):
 
     Spec = FinqaProgramSpec
 
-    def __init__(self, name: str, input: str, reference: str, table: str | None, where: str = "",
-                 pass_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        input: str,
+        reference: str,
+        table: str | None,
+        where: str = "",
+        pass_threshold: float | None = None,
+    ) -> None:
         super().__init__(name, pass_threshold)
         pre = f"{where}." if where else ""
         self.input = compile_template(input, f"{pre}input")

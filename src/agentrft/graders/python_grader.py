@@ -93,9 +93,15 @@ class PythonGrader(Grader):
 
     def _run(self, sample: Sample, item: dict[str, Any]) -> SandboxResult:
         s = self.spec
-        return run_sandboxed(self.source, {"sample": sample.to_dict(), "item": item}, entrypoint="grade",
-                             timeout_s=s.timeout_s, memory_bytes=s.memory_bytes, file_size_bytes=s.file_size_bytes,
-                             max_procs=s.max_procs)
+        return run_sandboxed(
+            self.source,
+            {"sample": sample.to_dict(), "item": item},
+            entrypoint="grade",
+            timeout_s=s.timeout_s,
+            memory_bytes=s.memory_bytes,
+            file_size_bytes=s.file_size_bytes,
+            max_procs=s.max_procs,
+        )
 
     def _finish(self, res: SandboxResult) -> Score:
         self.last_isolation = res.isolation

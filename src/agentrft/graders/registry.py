@@ -117,8 +117,9 @@ def build_grader(spec: Any, where: str, options: LoadOptions, *, allow_multi: bo
         raise GraderSpecError(_fmt_loc(where, ("type",)), "required field is missing")
     cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise GraderSpecError(_fmt_loc(where, ("type",)),
-                              f"unknown grader type {kind!r}; valid types: {', '.join(sorted(_REGISTRY))}")
+        raise GraderSpecError(
+            _fmt_loc(where, ("type",)), f"unknown grader type {kind!r}; valid types: {', '.join(sorted(_REGISTRY))}"
+        )
     if kind == "multi" and not allow_multi:
         raise GraderSpecError(_fmt_loc(where, ("type",)), "multi graders cannot be nested")
     parsed = validate_spec(cls.Spec, spec, where)  # type: ignore[attr-defined]

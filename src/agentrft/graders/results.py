@@ -24,22 +24,29 @@ def trajectory_cost(traj: Trajectory) -> Cost:
             latency += e.latency_s
     tool_latency = sum(e.latency_s for e in traj.tool_calls)
     seconds = traj.finished_at - traj.created_at if traj.finished_at is not None else latency + tool_latency
-    return Cost(prompt_tokens=prompt, completion_tokens=completion, tool_calls=len(traj.tool_calls),
-                seconds=max(0.0, seconds))
+    return Cost(
+        prompt_tokens=prompt, completion_tokens=completion, tool_calls=len(traj.tool_calls), seconds=max(0.0, seconds)
+    )
 
 
 def _finish(grade: Grade, grader: Grader, traj: Trajectory, expected_hash: str | None) -> Grade:
     grade.cost = trajectory_cost(traj)
     if expected_hash is not None and traj.env.tool_schema_hash != expected_hash:
         # Reward is kept (the episode was graded as played) but the drift is a counted error flag.
-        grade.errors = [*grade.errors, GradeError(
-            flag=DRIFT_FLAG, grader=grader.name,
-            message=f"trajectory tool_schema_hash {traj.env.tool_schema_hash!r} != expected {expected_hash!r}")]
+        grade.errors = [
+            *grade.errors,
+            GradeError(
+                flag=DRIFT_FLAG,
+                grader=grader.name,
+                message=f"trajectory tool_schema_hash {traj.env.tool_schema_hash!r} != expected {expected_hash!r}",
+            ),
+        ]
     return grade
 
 
-def grade_trajectory(grader: Grader, traj: Trajectory, item: dict[str, Any], *,
-                     expected_tool_schema_hash: str | None = None) -> Grade:
+def grade_trajectory(
+    grader: Grader, traj: Trajectory, item: dict[str, Any], *, expected_tool_schema_hash: str | None = None
+) -> Grade:
     """Grade an agent episode; fills `cost` and flags `tool_schema_drift` when the tool schemas changed.
 
     A drift flag does not change reward or success: the episode is graded as
@@ -48,14 +55,16 @@ def grade_trajectory(grader: Grader, traj: Trajectory, item: dict[str, Any], *,
     return _finish(grader.grade(Sample.from_trajectory(traj), item), grader, traj, expected_tool_schema_hash)
 
 
-async def agrade_trajectory(grader: Grader, traj: Trajectory, item: dict[str, Any], *,
-                            expected_tool_schema_hash: str | None = None) -> Grade:
+async def agrade_trajectory(
+    grader: Grader, traj: Trajectory, item: dict[str, Any], *, expected_tool_schema_hash: str | None = None
+) -> Grade:
     grade = await grader.agrade(Sample.from_trajectory(traj), item)
     return _finish(grade, grader, traj, expected_tool_schema_hash)
 
 
-async def agrade_trajectories(grader: Grader, trajs: Sequence[Trajectory], items: Sequence[dict[str, Any]], *,
-                              concurrency: int = 16) -> list[Grade]:
+async def agrade_trajectories(
+    grader: Grader, trajs: Sequence[Trajectory], items: Sequence[dict[str, Any]], *, concurrency: int = 16
+) -> list[Grade]:
     """`agrade_trajectory` over many episodes, concurrently (judges and sandboxes overlap); input order.
     Never raises for a grader failure: every failure is an error flag on its Grade."""
     if len(trajs) != len(items):
@@ -69,8 +78,9 @@ async def agrade_trajectories(grader: Grader, trajs: Sequence[Trajectory], items
     return list(await asyncio.gather(*(one(t, i) for t, i in zip(trajs, items, strict=True))))
 
 
-async def agrade_many(grader: Grader, pairs: Sequence[tuple[Any, dict[str, Any]]], *,
-                      concurrency: int = 16) -> list[Grade]:
+async def agrade_many(
+    grader: Grader, pairs: Sequence[tuple[Any, dict[str, Any]]], *, concurrency: int = 16
+) -> list[Grade]:
     """Grade (sample, item) pairs concurrently; results in input order."""
     if not grader.is_async:
         return [grader.grade(s, i) for s, i in pairs]

@@ -28,14 +28,22 @@ def parse_path(expr: str, where: str) -> tuple[str, Path]:
     pos = 0
     while pos < len(text):
         m = _SEGMENT.match(text, pos)
-        if m is None or (pos == 0 and m.group(0).startswith(".")) or (pos > 0 and m.group(1) and not m.group(0).startswith(".")):
-            raise GraderSpecError(where, f"bad template variable {{{{ {text} }}}}: expected dotted names and [index]",
-                                  flag="invalid_variable_error")
+        if (
+            m is None
+            or (pos == 0 and m.group(0).startswith("."))
+            or (pos > 0 and m.group(1) and not m.group(0).startswith("."))
+        ):
+            raise GraderSpecError(
+                where,
+                f"bad template variable {{{{ {text} }}}}: expected dotted names and [index]",
+                flag="invalid_variable_error",
+            )
         segs.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
         pos = m.end()
     if not segs or segs[0] not in ("item", "sample"):
-        raise GraderSpecError(where, f"template variable {{{{ {text} }}}} must start with item. or sample.",
-                              flag="invalid_variable_error")
+        raise GraderSpecError(
+            where, f"template variable {{{{ {text} }}}} must start with item. or sample.", flag="invalid_variable_error"
+        )
     return str(segs[0]), tuple(segs[1:])
 
 
@@ -63,7 +71,7 @@ def to_text(value: Any) -> str:
 class Template:
     """A compiled template: literal text interleaved with variable paths."""
 
-    __slots__ = ("source", "parts", "single")
+    __slots__ = ("parts", "single", "source")
 
     def __init__(self, source: str, where: str) -> None:
         self.source = source
@@ -71,7 +79,7 @@ class Template:
         pos = 0
         for m in _PLACEHOLDER.finditer(source):
             if m.start() > pos:
-                parts.append(source[pos:m.start()])
+                parts.append(source[pos : m.start()])
             ns, path = parse_path(m.group(1), where)
             parts.append((ns, path, m.group(1).strip()))
             pos = m.end()

@@ -36,8 +36,15 @@ class StringCheckGrader(Grader):
 
     Spec = StringCheckSpec
 
-    def __init__(self, name: str, input: str, reference: str, operation: str, where: str = "",
-                 pass_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        input: str,
+        reference: str,
+        operation: str,
+        where: str = "",
+        pass_threshold: float | None = None,
+    ) -> None:
         super().__init__(name, pass_threshold)
         self.input = compile_template(input, f"{where}.input" if where else "input")
         self.reference = compile_template(reference, f"{where}.reference" if where else "reference")
@@ -58,8 +65,9 @@ class StringCheckGrader(Grader):
         return Score(1.0 if ok else 0.0)
 
 
-Metric = Literal["fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4",
-                 "rouge_5", "rouge_l", "cosine"]
+Metric = Literal[
+    "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l", "cosine"
+]
 
 
 class TextSimilaritySpec(SpecBase):
@@ -93,13 +101,17 @@ class TextSimilarityGrader(Grader):
 
     Spec = TextSimilaritySpec
 
-    def __init__(self, name: str, input: str, reference: str, metric: str, where: str = "",
-                 pass_threshold: float | None = None) -> None:
+    def __init__(
+        self, name: str, input: str, reference: str, metric: str, where: str = "", pass_threshold: float | None = None
+    ) -> None:
         super().__init__(name, pass_threshold)
         pre = f"{where}." if where else ""
         if metric == "cosine":
-            raise GraderSpecError(f"{pre}evaluation_metric", "cosine needs an embedding model, which agentrft does "
-                                  "not ship; use fuzzy_match, bleu, gleu, meteor or rouge_*")
+            raise GraderSpecError(
+                f"{pre}evaluation_metric",
+                "cosine needs an embedding model, which agentrft does "
+                "not ship; use fuzzy_match, bleu, gleu, meteor or rouge_*",
+            )
         self.input = compile_template(input, f"{pre}input")
         self.reference = compile_template(reference, f"{pre}reference")
         self.metric = metric
@@ -108,8 +120,14 @@ class TextSimilarityGrader(Grader):
 
     @classmethod
     def build(cls, spec: TextSimilaritySpec, where: str, options: LoadOptions) -> TextSimilarityGrader:
-        return cls(spec.name or "text_similarity", spec.input, spec.reference, spec.evaluation_metric, where,
-                   spec.pass_threshold)
+        return cls(
+            spec.name or "text_similarity",
+            spec.input,
+            spec.reference,
+            spec.evaluation_metric,
+            where,
+            spec.pass_threshold,
+        )
 
     def _make(self, metric: str) -> Any:
         if metric == "fuzzy_match":
@@ -132,8 +150,7 @@ class TextSimilarityGrader(Grader):
             wn, real = _wordnet()
             self._meta = {"meteor_synonyms": "wordnet" if real else "none (wordnet corpus not installed)"}
             stemmer = PorterStemmer()
-            return lambda a, b: float(meteor_score([b.lower().split()], a.lower().split(), stemmer=stemmer,
-                                                   wordnet=wn))
+            return lambda a, b: float(meteor_score([b.lower().split()], a.lower().split(), stemmer=stemmer, wordnet=wn))
         from rouge_score import rouge_scorer
 
         key = "rougeL" if metric == "rouge_l" else "rouge" + metric[-1]
@@ -162,8 +179,9 @@ class JsonSchemaGrader(Grader):
 
     Spec = JsonSchemaSpec
 
-    def __init__(self, name: str, input: str, schema: dict[str, Any], where: str = "",
-                 pass_threshold: float | None = None) -> None:
+    def __init__(
+        self, name: str, input: str, schema: dict[str, Any], where: str = "", pass_threshold: float | None = None
+    ) -> None:
         super().__init__(name, pass_threshold)
         import jsonschema
         from jsonschema.validators import validator_for

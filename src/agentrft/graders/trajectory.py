@@ -118,8 +118,11 @@ class ToolCalledGrader(_Simple):
         return cls(spec.name or "tool_called", spec.tool, spec.min_calls, spec.successful, spec.pass_threshold)
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
-        n = sum(1 for name, _, ok in _calls(sample, self.successful, self.name)
-                if name == self.tool and (ok or not self.successful))
+        n = sum(
+            1
+            for name, _, ok in _calls(sample, self.successful, self.name)
+            if name == self.tool and (ok or not self.successful)
+        )
         return Score(1.0 if n >= self.min_calls else 0.0)
 
 
@@ -134,8 +137,15 @@ class ToolArgsSpec(SpecBase):
 class ToolArgumentsMatchGrader(_Simple):
     Spec = ToolArgsSpec
 
-    def __init__(self, name: str, tool: str, arguments: dict[str, Any], ignore_case: bool, where: str,
-                 pass_threshold: float | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        ignore_case: bool,
+        where: str,
+        pass_threshold: float | None,
+    ) -> None:
         super().__init__(name, pass_threshold)
         self.tool, self.ignore_case = tool, ignore_case
         pre = f"{where}." if where else ""
@@ -145,12 +155,15 @@ class ToolArgumentsMatchGrader(_Simple):
 
     @classmethod
     def build(cls, spec: ToolArgsSpec, where: str, options: LoadOptions) -> ToolArgumentsMatchGrader:
-        return cls(spec.name or "tool_arguments_match", spec.tool, spec.arguments, spec.ignore_case, where,
-                   spec.pass_threshold)
+        return cls(
+            spec.name or "tool_arguments_match", spec.tool, spec.arguments, spec.ignore_case, where, spec.pass_threshold
+        )
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
-        want = {k: _norm(v.value(sample, item) if isinstance(v, Template) else v, self.ignore_case)
-                for k, v in self.expected.items()}
+        want = {
+            k: _norm(v.value(sample, item) if isinstance(v, Template) else v, self.ignore_case)
+            for k, v in self.expected.items()
+        }
         for name, args, _ in _calls(sample, False, self.name):
             if name != self.tool or not isinstance(args, dict):
                 continue

@@ -72,12 +72,15 @@ def check_native(sampler: TokenSampler, tools: list[dict[str, Any]]) -> None:
     """The native format needs a template that renders tools; say so plainly when it does not."""
     probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     if list(sampler.render(probe, tools)) == list(sampler.render(probe, None)):
-        raise ValueError(f"tool format 'native' needs a chat template with tool support; {sampler.policy!r} "
-                         "ignores tools. Use tool_format='xml' or 'hermes'.")
+        raise ValueError(
+            f"tool format 'native' needs a chat template with tool support; {sampler.policy!r} "
+            "ignores tools. Use tool_format='xml' or 'hermes'."
+        )
 
 
-async def _call_tools(episode: Episode, turn: int, calls: list[ToolCall], errors: list[str]
-                      ) -> tuple[list[Message], list[ToolCallEvent], list[ToolCall]]:
+async def _call_tools(
+    episode: Episode, turn: int, calls: list[ToolCall], errors: list[str]
+) -> tuple[list[Message], list[ToolCallEvent], list[ToolCall]]:
     """Run the turn's calls in order (the episode's budget counts them in order); malformed ones become errors."""
     messages: list[Message] = []
     events: list[ToolCallEvent] = []
@@ -91,9 +94,19 @@ async def _call_tools(episode: Episode, turn: int, calls: list[ToolCall], errors
         t0 = time.monotonic()
         result = await episode.call_tool(call.function.name, args)
         latency = result.latency_s or (time.monotonic() - t0)
-        events.append(ToolCallEvent(turn=turn, call_id=call.id, name=call.function.name, arguments=args,
-                                    result=result.content, error=result.error, error_kind=result.error_kind,
-                                    latency_s=latency, truncated=result.truncated))
+        events.append(
+            ToolCallEvent(
+                turn=turn,
+                call_id=call.id,
+                name=call.function.name,
+                arguments=args,
+                result=result.content,
+                error=result.error,
+                error_kind=result.error_kind,
+                latency_s=latency,
+                truncated=result.truncated,
+            )
+        )
         messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=result.content))
     for err in errors:
         raw = err.raw if isinstance(err, ParseError) else ""
@@ -102,21 +115,37 @@ async def _call_tools(episode: Episode, turn: int, calls: list[ToolCall], errors
         bad = ToolCall(id=f"call_{new_id()[-12:]}", function=ToolCallFunction(name=name, arguments=raw))
         extra_calls.append(bad)
         text = f"Error: {err}"
-        events.append(ToolCallEvent(turn=turn, call_id=bad.id, name=name, arguments=raw, result=None, error=text,
-                                    error_kind="malformed"))
+        events.append(
+            ToolCallEvent(
+                turn=turn, call_id=bad.id, name=name, arguments=raw, result=None, error=text, error_kind="malformed"
+            )
+        )
         messages.append(Message(role="tool", tool_call_id=bad.id, name=name, content=text))
     return messages, events, extra_calls
 
 
-async def run_episode(env: Environment, sampler: TokenSampler | ChatSampler, task: Task, *,
-                      params: SamplingParams, tool_format: str = "xml", run_id: str = "", group_id: str = "",
-                      policy_version: int | None = None, group_key: str | None = None) -> Trajectory:
+async def run_episode(
+    env: Environment,
+    sampler: TokenSampler | ChatSampler,
+    task: Task,
+    *,
+    params: SamplingParams,
+    tool_format: str = "xml",
+    run_id: str = "",
+    group_id: str = "",
+    policy_version: int | None = None,
+    group_key: str | None = None,
+) -> Trajectory:
     """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour)."""
     fmt = make_format(tool_format, env.tool_schemas())
-    traj = Trajectory(run_id=run_id, task_id=task.id, group_id=group_id, env=env.ref(),
-                      policy=getattr(sampler, "policy", ""),
-                      policy_version=policy_version if policy_version is not None
-                      else getattr(sampler, "policy_version", 0))
+    traj = Trajectory(
+        run_id=run_id,
+        task_id=task.id,
+        group_id=group_id,
+        env=env.ref(),
+        policy=getattr(sampler, "policy", ""),
+        policy_version=policy_version if policy_version is not None else getattr(sampler, "policy_version", 0),
+    )
     traj.messages = prompt_messages(env, task, fmt)
     traj.n_prompt_messages = len(traj.messages)
     limits = env.limits
@@ -135,8 +164,9 @@ async def run_episode(env: Environment, sampler: TokenSampler | ChatSampler, tas
     except TemplateError as exc:
         traj.status, traj.error = "error", str(exc)
     if ledger is not None:
-        traj.tokens = TokenRecord(ids=ledger.ids, loss_mask=ledger.loss_mask, logprobs=ledger.logprobs,
-                                  turn=ledger.turn)
+        traj.tokens = TokenRecord(
+            ids=ledger.ids, loss_mask=ledger.loss_mask, logprobs=ledger.logprobs, turn=ledger.turn
+        )
     traj.finished_at = time.time()
     return traj
 
@@ -146,31 +176,50 @@ def _turn_params(params: SamplingParams, fmt: ToolFormat, budget: int) -> Sampli
     return params.model_copy(update={"max_tokens": budget, "stop": stop})
 
 
-async def _token_loop(env: Environment, sampler: TokenSampler, task: Task, traj: Trajectory, fmt: ToolFormat,
-                      params: SamplingParams, ledger: TokenLedger, group_key: str | None) -> None:
+async def _token_loop(
+    env: Environment,
+    sampler: TokenSampler,
+    task: Task,
+    traj: Trajectory,
+    fmt: ToolFormat,
+    params: SamplingParams,
+    ledger: TokenLedger,
+    group_key: str | None,
+) -> None:
     limits = env.limits
     tools = env.tool_schemas() if fmt.native else None
     if fmt.native:
         check_native(sampler, env.tool_schemas())
     delta = DeltaRenderer(sampler, tools)
-    ledger.add_prompt(list(sampler.render([to_render(m, fmt) for m in traj.messages], tools,
-                                          add_generation_prompt=True)), turn=0)
+    ledger.add_prompt(
+        list(sampler.render([to_render(m, fmt) for m in traj.messages], tools, add_generation_prompt=True)), turn=0
+    )
     episode = env.start(task)
     for turn in range(limits.max_turns):
         budget = min(params.max_tokens, limits.max_tokens_per_turn, limits.max_total_tokens - len(ledger.ids))
         if budget < 1:  # only the opening prompt can get here; later deltas are checked before appending
-            raise EpisodeEnd("truncated", f"prompt of {len(ledger.ids)} tokens leaves nothing of the episode "
-                                          f"token limit of {limits.max_total_tokens}")
-        request = SampleRequest(prompt_ids=list(ledger.ids), params=_turn_params(params, fmt, budget),
-                                group_key=group_key)
+            raise EpisodeEnd(
+                "truncated",
+                f"prompt of {len(ledger.ids)} tokens leaves nothing of the episode "
+                f"token limit of {limits.max_total_tokens}",
+            )
+        request = SampleRequest(
+            prompt_ids=list(ledger.ids), params=_turn_params(params, fmt, budget), group_key=group_key
+        )
         try:
             result = await sampler.sample(request)
-        except Exception as exc:  # noqa: BLE001 - a failing policy ends this episode, not the run
+        except Exception as exc:
             raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
         ledger.add_sampled(list(result.token_ids), list(result.logprobs), turn)
-        traj.events.append(ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
-                                          completion_tokens=result.completion_tokens,
-                                          finish_reason=result.finish_reason))
+        traj.events.append(
+            ModelCallEvent(
+                turn=turn,
+                latency_s=result.latency_s,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                finish_reason=result.finish_reason,
+            )
+        )
         if result.finish_reason == "error":
             traj.messages.append(Message(role="assistant", content=result.text))
             raise EpisodeEnd("error", "sampler reported an error")
@@ -189,8 +238,9 @@ async def _token_loop(env: Environment, sampler: TokenSampler, task: Task, traj:
         traj.events += events
         if turn + 1 >= limits.max_turns:
             break
-        next_ids = delta.delta(list(result.token_ids), to_render(assistant, fmt),
-                               [to_render(m, fmt) for m in tool_msgs])
+        next_ids = delta.delta(
+            list(result.token_ids), to_render(assistant, fmt), [to_render(m, fmt) for m in tool_msgs]
+        )
         if len(ledger.ids) + len(next_ids) >= limits.max_total_tokens:
             # Not appended: the token record holds only what the sampler consumed and produced.
             raise EpisodeEnd("truncated", f"episode token limit of {limits.max_total_tokens} reached")
@@ -198,21 +248,30 @@ async def _token_loop(env: Environment, sampler: TokenSampler, task: Task, traj:
     raise EpisodeEnd("max_turns", f"{limits.max_turns} turns used without a final answer")
 
 
-async def _chat_loop(env: Environment, sampler: ChatSampler, task: Task, traj: Trajectory, fmt: ToolFormat,
-                     params: SamplingParams) -> None:
+async def _chat_loop(
+    env: Environment, sampler: ChatSampler, task: Task, traj: Trajectory, fmt: ToolFormat, params: SamplingParams
+) -> None:
     """Endpoint without token ids (eval only): OpenAI messages and tools go to the endpoint as they are."""
     limits = env.limits
     episode = env.start(task)
     for turn in range(limits.max_turns):
         try:
-            result = await sampler.chat([m.to_openai() for m in traj.messages], env.tool_schemas() or None,
-                                        params.model_copy(update={"max_tokens": min(params.max_tokens,
-                                                                                   limits.max_tokens_per_turn)}))
-        except Exception as exc:  # noqa: BLE001
+            result = await sampler.chat(
+                [m.to_openai() for m in traj.messages],
+                env.tool_schemas() or None,
+                params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
+            )
+        except Exception as exc:
             raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
-        traj.events.append(ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
-                                          completion_tokens=result.completion_tokens,
-                                          finish_reason=result.finish_reason))
+        traj.events.append(
+            ModelCallEvent(
+                turn=turn,
+                latency_s=result.latency_s,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                finish_reason=result.finish_reason,
+            )
+        )
         msg = Message.model_validate({**result.message, "role": "assistant"})
         calls = list(msg.tool_calls or [])
         errors: list[str] = []

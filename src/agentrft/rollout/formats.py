@@ -26,6 +26,7 @@ carrying the raw text), which the agent loop shows to the model as a tool error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from abc import ABC, abstractmethod
@@ -102,7 +103,7 @@ def _single_string_param(fn: dict[str, Any]) -> str | None:
     props = (fn.get("parameters") or {}).get("properties") or {}
     if len(props) != 1:
         return None
-    (pname, pschema), = props.items()
+    ((pname, pschema),) = props.items()
     return pname if isinstance(pschema, dict) and pschema.get("type") == "string" else None
 
 
@@ -193,7 +194,7 @@ class XmlFormat(ToolFormat):
         prose: list[str] = []
         pos = 0
         for m in pattern.finditer(text):
-            prose.append(text[pos:m.start()])
+            prose.append(text[pos : m.start()])
             pos = m.end()
             name, body, closing = m.group(1), m.group(2), m.group(3)
             raw = m.group(0)
@@ -217,15 +218,17 @@ class XmlFormat(ToolFormat):
                 value = json.loads(stripped)
             except json.JSONDecodeError as exc:
                 if param is None:
-                    return ParseError(f"arguments of <{name}> are not valid JSON: {exc.msg} (column {exc.colno})",
-                                      raw, name)
+                    return ParseError(
+                        f"arguments of <{name}> are not valid JSON: {exc.msg} (column {exc.colno})", raw, name
+                    )
             else:
                 if isinstance(value, dict):
                     return value
         if param is not None:
             return {param: stripped}
-        return ParseError(f'<{name}> takes a JSON object of arguments, e.g. <{name}>{{"key": "value"}}</{name}>',
-                          raw, name)
+        return ParseError(
+            f'<{name}> takes a JSON object of arguments, e.g. <{name}>{{"key": "value"}}</{name}>', raw, name
+        )
 
 
 class HermesFormat(ToolFormat):
@@ -237,8 +240,10 @@ class HermesFormat(ToolFormat):
         lines = ["You can call these tools (JSON schemas):", "<tools>"]
         lines += [json.dumps(s) for s in schemas]
         lines.append("</tools>")
-        lines.append('To call a tool, write <tool_call>{"name": <tool name>, "arguments": <arguments object>}'
-                     "</tool_call> and wait for its result. When you know the answer, reply without a tool call.")
+        lines.append(
+            'To call a tool, write <tool_call>{"name": <tool name>, "arguments": <arguments object>}'
+            "</tool_call> and wait for its result. When you know the answer, reply without a tool call."
+        )
         return "\n".join(lines)
 
     def render_call(self, name: str, arguments: dict[str, Any] | str) -> str:
@@ -259,7 +264,7 @@ class HermesFormat(ToolFormat):
         prose: list[str] = []
         pos = 0
         for m in self._BLOCK.finditer(text):
-            prose.append(text[pos:m.start()])
+            prose.append(text[pos : m.start()])
             pos = m.end()
             body, raw = m.group(1).strip(), m.group(0)
             if not m.group(2):
@@ -281,10 +286,8 @@ def _read_hermes(body: str, raw: str) -> ToolCall | ParseError:
     name = obj["name"]
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models double-encode the arguments
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             args = json.loads(args)
-        except json.JSONDecodeError:
-            pass
     if not isinstance(args, dict):
         return ParseError(f'"arguments" of tool call {name!r} must be a JSON object', raw, name)
     return _call(name, args)

@@ -62,8 +62,11 @@ class RunStats:
 
     def add(self, traj: Trajectory) -> None:
         self.episodes += 1
-        self.generated_tokens += traj.tokens.num_sampled if traj.tokens is not None else sum(
-            getattr(e, "completion_tokens", 0) for e in traj.events)
+        self.generated_tokens += (
+            traj.tokens.num_sampled
+            if traj.tokens is not None
+            else sum(getattr(e, "completion_tokens", 0) for e in traj.events)
+        )
         self.tool_calls += len(traj.tool_calls)
         self.statuses[traj.status] = self.statuses.get(traj.status, 0) + 1
         if traj.grade is not None:
@@ -74,9 +77,19 @@ class RunStats:
 class Runner:
     """Plays tasks × samples concurrently; grades and stores each episode as it finishes."""
 
-    def __init__(self, env: Environment, sampler: TokenSampler | ChatSampler, *, store: TrajectorySink | None = None,
-                 grader: Grader | None = None, tool_format: str = "xml", params: SamplingParams | None = None,
-                 max_concurrency: int = 64, progress: bool = True, wall_time_s: float | None = None) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        sampler: TokenSampler | ChatSampler,
+        *,
+        store: TrajectorySink | None = None,
+        grader: Grader | None = None,
+        tool_format: str = "xml",
+        params: SamplingParams | None = None,
+        max_concurrency: int = 64,
+        progress: bool = True,
+        wall_time_s: float | None = None,
+    ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         self.env, self.sampler, self.store, self.grader = env, sampler, store, grader
@@ -87,25 +100,35 @@ class Runner:
         self.wall_time_s = wall_time_s
         self.stats = RunStats()
 
-    async def _episode(self, task: Task, group_id: str, run_id: str, policy_version: int | None,
-                       gate: asyncio.Semaphore, on_done: Any) -> Trajectory:
+    async def _episode(
+        self, task: Task, group_id: str, run_id: str, policy_version: int | None, gate: asyncio.Semaphore, on_done: Any
+    ) -> Trajectory:
         async with gate:
-            traj = await run_episode(self.env, self.sampler, task, params=self.params, tool_format=self.tool_format,
-                                     run_id=run_id, group_id=group_id, policy_version=policy_version,
-                                     group_key=group_id)
+            traj = await run_episode(
+                self.env,
+                self.sampler,
+                task,
+                params=self.params,
+                tool_format=self.tool_format,
+                run_id=run_id,
+                group_id=group_id,
+                policy_version=policy_version,
+                group_key=group_id,
+            )
         if self.grader is not None:
             traj.grade = await agrade_trajectory(self.grader, traj, task.data)
         if self.store is not None:
             try:
                 self.store.add_trajectory(traj)
-            except Exception as exc:  # noqa: BLE001 - the trajectory is still returned to the caller
+            except Exception as exc:
                 self.stats.store_errors.append(f"trajectory {traj.id}: {type(exc).__name__}: {exc}")
         self.stats.add(traj)
         on_done()
         return traj
 
-    async def run(self, tasks: list[Task], samples_per_task: int, *, run_id: str = "",
-                  policy_version: int | None = None) -> list[Trajectory]:
+    async def run(
+        self, tasks: list[Task], samples_per_task: int, *, run_id: str = "", policy_version: int | None = None
+    ) -> list[Trajectory]:
         """Play every task `samples_per_task` times; return the finished trajectories in task, sample order."""
         if samples_per_task < 1:
             raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
@@ -116,8 +139,10 @@ class Runner:
             jobs: list[asyncio.Task[Trajectory]] = []
             for task in tasks:
                 group_id = new_id()
-                jobs += [asyncio.create_task(self._episode(task, group_id, run_id, policy_version, gate, bar.tick))
-                         for _ in range(samples_per_task)]
+                jobs += [
+                    asyncio.create_task(self._episode(task, group_id, run_id, policy_version, gate, bar.tick))
+                    for _ in range(samples_per_task)
+                ]
             try:
                 async with asyncio.timeout(self.wall_time_s):
                     await asyncio.gather(*jobs, return_exceptions=True)
@@ -132,8 +157,9 @@ class Runner:
             raise failures[0]  # a bug in the loop itself (model and tool misbehaviour never raise)
         return [j.result() for j in jobs if not j.cancelled()]
 
-    def run_sync(self, tasks: list[Task], samples_per_task: int, *, run_id: str = "",
-                 policy_version: int | None = None) -> list[Trajectory]:
+    def run_sync(
+        self, tasks: list[Task], samples_per_task: int, *, run_id: str = "", policy_version: int | None = None
+    ) -> list[Trajectory]:
         return asyncio.run(self.run(tasks, samples_per_task, run_id=run_id, policy_version=policy_version))
 
 
@@ -149,8 +175,13 @@ class _Progress:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[info]}"))
+            self._bar = Progress(
+                TextColumn("episodes"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+            )
             self._bar.start()
             self._task = self._bar.add_task("rollout", total=self.total, info="")
         return self
@@ -160,8 +191,11 @@ class _Progress:
             return
         s = self.stats
         reward = "-" if s.mean_reward is None else f"{s.mean_reward:.3f}"
-        self._bar.update(self._task, advance=1, info=f"{s.tokens_per_s:,.0f} tok/s  {s.tool_calls_per_s:.1f} "
-                                                     f"tools/s  reward {reward}")
+        self._bar.update(
+            self._task,
+            advance=1,
+            info=f"{s.tokens_per_s:,.0f} tok/s  {s.tool_calls_per_s:.1f} tools/s  reward {reward}",
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

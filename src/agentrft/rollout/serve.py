@@ -62,8 +62,15 @@ class ChatRequest(BaseModel):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
@@ -77,8 +84,12 @@ def _describe_errors(errors: list[Any]) -> tuple[str, str | None]:
     if not errors:
         return "invalid request", None
     first = tuple(p for p in errors[0].get("loc", ()) if p != "body")
-    group = [e for e in errors
-             if tuple(p for p in e.get("loc", ()) if p != "body")[:max(len(first) - 1, 1)] == first[:max(len(first) - 1, 1)]]
+    group = [
+        e
+        for e in errors
+        if tuple(p for p in e.get("loc", ()) if p != "body")[: max(len(first) - 1, 1)]
+        == first[: max(len(first) - 1, 1)]
+    ]
     loc = first
     if len(group) > 1:
         locs = [tuple(p for p in e.get("loc", ()) if p != "body") for e in group]
@@ -113,8 +124,15 @@ def _prompt(req: ChatRequest, tool_format: str) -> tuple[list[Message], Any]:
     return messages, fmt
 
 
-def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "xml", api_key: str | None = None,
-               run_id: str = "", default_max_tokens: int = 512) -> FastAPI:
+def create_app(
+    sampler: TokenSampler,
+    *,
+    store: Any = None,
+    tool_format: str = "xml",
+    api_key: str | None = None,
+    run_id: str = "",
+    default_max_tokens: int = 512,
+) -> FastAPI:
     """The FastAPI app serving `sampler`; each completion is recorded in `store` when given."""
     make_format(tool_format, [])  # fail at start-up, not per request, on an unknown format
     app = FastAPI(title="agentrft serve", docs_url=None, redoc_url=None)
@@ -132,8 +150,9 @@ def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body(),
-                            status_code=500)
+        return JSONResponse(
+            ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body(), status_code=500
+        )
 
     def _check_key(request: Request) -> None:
         if api_key is None:
@@ -141,14 +160,17 @@ def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "
         given = request.headers.get("authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(token.encode(), api_key.encode()):
-            raise ApiError(401, "missing or invalid API key (send 'Authorization: Bearer <key>')",
-                           code="invalid_api_key")
+            raise ApiError(
+                401, "missing or invalid API key (send 'Authorization: Bearer <key>')", code="invalid_api_key"
+            )
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         _check_key(request)
-        return {"object": "list", "data": [{"id": sampler.policy, "object": "model", "created": 0,
-                                            "owned_by": "agentrft"}]}
+        return {
+            "object": "list",
+            "data": [{"id": sampler.policy, "object": "model", "created": 0, "owned_by": "agentrft"}],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> dict[str, Any]:
@@ -173,16 +195,21 @@ def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         if req.tools and req.tool_choice != "none":
             stops += fmt.stop_strings()
-        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, seed=req.seed,
-                                max_tokens=req.max_completion_tokens or req.max_tokens or default_max_tokens,
-                                stop=list(dict.fromkeys(stops)))
+        params = SamplingParams(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            max_tokens=req.max_completion_tokens or req.max_tokens or default_max_tokens,
+            stop=list(dict.fromkeys(stops)),
+        )
         t0 = time.time()
         try:
-            result = await sampler.sample(SampleRequest(prompt_ids=prompt_ids, params=params,
-                                                        group_key=conversation_id(req.messages)))
+            result = await sampler.sample(
+                SampleRequest(prompt_ids=prompt_ids, params=params, group_key=conversation_id(req.messages))
+            )
         except ValueError as exc:  # the sampler's own request checks (e.g. prompt longer than the context)
             raise ApiError(400, str(exc)) from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ApiError(500, f"policy failed: {type(exc).__name__}: {exc}", type_="server_error") from None
         parsed = fmt.parse(result.text) if req.tools and req.tool_choice != "none" else None
         if parsed is not None and parsed.tool_calls:
@@ -194,36 +221,68 @@ def create_app(sampler: TokenSampler, *, store: Any = None, tool_format: str = "
         completion_id = f"chatcmpl-{new_id()}"
         _record(req, messages, message, prompt_ids, result, completion_id, t0)
         return {
-            "id": completion_id, "object": "chat.completion", "created": int(t0), "model": sampler.policy,
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(t0),
+            "model": sampler.policy,
             "choices": [{"index": 0, "message": message.to_openai(), "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                      "total_tokens": result.prompt_tokens + result.completion_tokens},
+            "usage": {
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "total_tokens": result.prompt_tokens + result.completion_tokens,
+            },
         }
 
-    def _record(req: ChatRequest, messages: list[Message], reply: Message, prompt_ids: list[int], result: Any,
-                completion_id: str, t0: float) -> None:
+    def _record(
+        req: ChatRequest,
+        messages: list[Message],
+        reply: Message,
+        prompt_ids: list[int],
+        result: Any,
+        completion_id: str,
+        t0: float,
+    ) -> None:
         if store is None:
             return
         turn = sum(1 for m in messages if m.role == "assistant")
         sampled = list(result.token_ids)
         traj = Trajectory(
-            run_id=run_id, task_id=completion_id, group_id=conversation_id(req.messages),
-            env=EnvRef(name="serve", version="1"), policy=sampler.policy, policy_version=sampler.policy_version,
-            messages=[*messages, reply], n_prompt_messages=len(messages),
-            events=[ModelCallEvent(turn=turn, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
-                                   completion_tokens=result.completion_tokens, finish_reason=result.finish_reason)],
-            tokens=TokenRecord(ids=prompt_ids + sampled, loss_mask=[0] * len(prompt_ids) + [1] * len(sampled),
-                               logprobs=[0.0] * len(prompt_ids) + [float(x) for x in result.logprobs],
-                               turn=[turn] * (len(prompt_ids) + len(sampled))),
+            run_id=run_id,
+            task_id=completion_id,
+            group_id=conversation_id(req.messages),
+            env=EnvRef(name="serve", version="1"),
+            policy=sampler.policy,
+            policy_version=sampler.policy_version,
+            messages=[*messages, reply],
+            n_prompt_messages=len(messages),
+            events=[
+                ModelCallEvent(
+                    turn=turn,
+                    latency_s=result.latency_s,
+                    prompt_tokens=result.prompt_tokens,
+                    completion_tokens=result.completion_tokens,
+                    finish_reason=result.finish_reason,
+                )
+            ],
+            tokens=TokenRecord(
+                ids=prompt_ids + sampled,
+                loss_mask=[0] * len(prompt_ids) + [1] * len(sampled),
+                logprobs=[0.0] * len(prompt_ids) + [float(x) for x in result.logprobs],
+                turn=[turn] * (len(prompt_ids) + len(sampled)),
+            ),
             status="truncated" if result.finish_reason == "length" else "completed",
-            created_at=t0, finished_at=time.time(),
-            metadata={"conversation_id": conversation_id(req.messages), "tools": req.tools or [],
-                      "tool_format": tool_format},
+            created_at=t0,
+            finished_at=time.time(),
+            metadata={
+                "conversation_id": conversation_id(req.messages),
+                "tools": req.tools or [],
+                "tool_format": tool_format,
+            },
         )
         try:
             store.add_trajectory(traj)
             app.state.recorded += 1
-        except Exception as exc:  # noqa: BLE001 - the client still gets its answer; the failure is kept
+        except Exception as exc:
             app.state.store_errors.append(f"{completion_id}: {type(exc).__name__}: {exc}")
 
     return app

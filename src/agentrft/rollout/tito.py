@@ -88,7 +88,7 @@ class DeltaRenderer:
         if self._close is None:
             a = self._render([*_STUB, {"role": "assistant", "content": "0"}], gen=False)
             b = self._render([*_STUB, {"role": "assistant", "content": "1"}], gen=False)
-            self._close = a[len(a) - _common_suffix(a, b):]
+            self._close = a[len(a) - _common_suffix(a, b) :]
         return self._close
 
     def delta(self, sampled: list[int], assistant: dict[str, Any], tool_messages: list[dict[str, Any]]) -> list[int]:
@@ -97,9 +97,9 @@ class DeltaRenderer:
         stub_assistant = {**assistant, "content": "0"}
         before = self._render([*_STUB, stub_assistant], gen=False)
         after = self._render([*_STUB, stub_assistant, *tool_messages], gen=True)
-        if after[:len(before)] != before:
+        if after[: len(before)] != before:
             raise TemplateError(
                 "the chat template renders an assistant turn differently once tool messages follow it, "
                 "so tool results cannot be appended token by token"
             )
-        return close[_overlap(sampled, close):] + after[len(before):]
+        return close[_overlap(sampled, close) :] + after[len(before) :]

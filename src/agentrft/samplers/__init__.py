@@ -13,6 +13,15 @@ from agentrft.samplers.base import (
 from agentrft.samplers.policies import DEFAULT_POLICY, PolicyError, load_model_and_tokenizer, load_policy
 
 __all__ = [
-    "DEFAULT_POLICY", "ChatResult", "ChatSampler", "FinishReason", "PolicyError", "SampleRequest",
-    "SampleResult", "SamplingParams", "TokenSampler", "load_model_and_tokenizer", "load_policy",
+    "DEFAULT_POLICY",
+    "ChatResult",
+    "ChatSampler",
+    "FinishReason",
+    "PolicyError",
+    "SampleRequest",
+    "SampleResult",
+    "SamplingParams",
+    "TokenSampler",
+    "load_model_and_tokenizer",
+    "load_policy",
 ]

@@ -71,8 +71,12 @@ class TokenSampler(Protocol):
     policy: str
     policy_version: int
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
         """Token ids of the conversation through the model's chat template."""
         ...
 
@@ -122,5 +126,6 @@ class ChatSampler(Protocol):
     policy: str
     policy_version: int
 
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   params: SamplingParams) -> ChatResult: ...
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, params: SamplingParams
+    ) -> ChatResult: ...

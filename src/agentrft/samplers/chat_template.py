@@ -15,8 +15,9 @@ def template_supports_tools(tokenizer: Any) -> bool:
     return "tools" in (getattr(tokenizer, "chat_template", None) or "")
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                add_generation_prompt: bool) -> list[int]:
+def render_chat(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> list[int]:
     """Token ids of `messages` through the tokenizer's chat template (tools passed where supported)."""
     # Templates concatenate `content` as a string; an assistant turn that only
     # calls tools has content None in OpenAI format. Copy, never mutate the input.
@@ -24,7 +25,8 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict
     kwargs: dict[str, Any] = {}
     if tools and template_supports_tools(tokenizer):
         kwargs["tools"] = tools
-    out = tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=add_generation_prompt,
-                                        return_dict=False, **kwargs)
+    out = tokenizer.apply_chat_template(
+        msgs, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=False, **kwargs
+    )
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return [int(i) for i in ids]

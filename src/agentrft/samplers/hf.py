@@ -50,7 +50,6 @@ from typing import Any
 from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.samplers.inprocess import InProcessPolicy
 
-
 _LIVE: weakref.WeakSet[HFSampler] = weakref.WeakSet()
 
 
@@ -73,10 +72,22 @@ class _Pending:
 class HFSampler(InProcessPolicy):
     """`TrainablePolicy` over a Hugging Face causal LM and its tokenizer: the continuous-batching engine."""
 
-    def __init__(self, model: Any, tokenizer: Any, policy: str, *, max_batch_size: int = 32,
-                 device: str = "cpu", dtype: Any = None, batch_wait_s: float = 0.005,
-                 admit_fraction: float = 0.25, admit_max_wait_s: float = 0.5,
-                 policy_version: int = 0, prefix_cache_tokens: int = 4096, prefix_min_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        policy: str,
+        *,
+        max_batch_size: int = 32,
+        device: str = "cpu",
+        dtype: Any = None,
+        batch_wait_s: float = 0.005,
+        admit_fraction: float = 0.25,
+        admit_max_wait_s: float = 0.5,
+        policy_version: int = 0,
+        prefix_cache_tokens: int = 4096,
+        prefix_min_tokens: int = 64,
+    ) -> None:
         from agentrft.samplers.prefix_cache import PrefixCache
 
         if max_batch_size < 1:
@@ -99,8 +110,15 @@ class HFSampler(InProcessPolicy):
         _LIVE.add(self)
         # prefill_tokens: prompt positions run through the model; reused_tokens: taken from a shared
         # or cached prefix instead
-        self.stats = {"admissions": 0, "requests": 0, "prefills": 0, "tokens": 0, "steps": 0,
-                      "prefill_tokens": 0, "reused_tokens": 0}
+        self.stats = {
+            "admissions": 0,
+            "requests": 0,
+            "prefills": 0,
+            "tokens": 0,
+            "steps": 0,
+            "prefill_tokens": 0,
+            "reused_tokens": 0,
+        }
 
     # --- TokenSampler -------------------------------------------------------------------------
     async def sample(self, request: SampleRequest) -> SampleResult:
@@ -184,10 +202,12 @@ class HFSampler(InProcessPolicy):
             admit: list[_Pending] = []
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
             # waiting, or the oldest request has waited admit_max_wait_s.
-            wait = bool(batch.n_alive and pending) and len(pending) < max(1, self.admit_fraction * batch.n_alive) \
+            wait = (
+                bool(batch.n_alive and pending)
+                and len(pending) < max(1, self.admit_fraction * batch.n_alive)
                 and time.perf_counter() - pending[0].t0 < self.admit_max_wait_s
-            while not wait and pending and not self._hold.is_set() and \
-                    batch.n_alive + len(admit) < self.max_batch_size:
+            )
+            while not wait and pending and not self._hold.is_set() and batch.n_alive + len(admit) < self.max_batch_size:
                 p = pending.popleft()
                 if not p.future.done():  # skip callers that gave up
                     admit.append(p)
@@ -201,8 +221,10 @@ class HFSampler(InProcessPolicy):
                     if admit:
                         if self.prefix_cache.enabled:
                             self.prefix_cache.validate(self._weights_epoch)
-                        rows = [RowState(p.request.params, make_generator(p.request.params, self.device, p.seed),
-                                         owner=p) for p in admit]
+                        rows = [
+                            RowState(p.request.params, make_generator(p.request.params, self.device, p.seed), owner=p)
+                            for p in admit
+                        ]
                         before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
                         batch.admit([p.request for p in admit], rows)
                         self.stats["prefill_tokens"] += batch.prefill_tokens - before[1]
@@ -240,13 +262,23 @@ class HFSampler(InProcessPolicy):
         # The EOS token stays in token_ids (the policy chose it and must learn to);
         # the text leaves it out, being the message content.
         text_ids = row.token_ids[:-1] if row.finish_reason == "stop" else row.token_ids
-        _resolve(p, SampleResult(token_ids=row.token_ids, logprobs=row.logprobs, text=self.decode(text_ids),
-                                 finish_reason=row.finish_reason, prompt_tokens=len(p.request.prompt_ids),
-                                 completion_tokens=len(row.token_ids), latency_s=time.perf_counter() - p.t0))
+        _resolve(
+            p,
+            SampleResult(
+                token_ids=row.token_ids,
+                logprobs=row.logprobs,
+                text=self.decode(text_ids),
+                finish_reason=row.finish_reason,
+                prompt_tokens=len(p.request.prompt_ids),
+                completion_tokens=len(row.token_ids),
+                latency_s=time.perf_counter() - p.t0,
+            ),
+        )
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:
     """Complete a caller's future from the engine thread (its loop may be gone)."""
+
     def settle() -> None:
         if not p.future.done():
             if exc is not None:

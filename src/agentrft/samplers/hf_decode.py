@@ -94,8 +94,9 @@ def choose_tokens(logits: torch.Tensor, rows: list[RowState]) -> tuple[list[int]
         idx = torch.tensor(members, device=logits.device)
         x = dist.warp(logits.index_select(0, idx))
         probs = torch.softmax(x, dim=-1)
-        picked = torch.stack([torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
-                              for j, i in enumerate(members)])
+        picked = torch.stack(
+            [torch.multinomial(probs[j], 1, generator=rows[i].generator)[0] for j, i in enumerate(members)]
+        )
         chosen[idx] = picked
         lps[idx] = torch.log_softmax(x, dim=-1).gather(1, picked[:, None])[:, 0]
     return chosen.tolist(), lps.tolist()
@@ -110,6 +111,7 @@ def _slot_width(counts: list[int], length: int, rows0: int, width0: int, token_c
     token through the whole model, dummies too: ~12 h^2 multiply-adds per layer against 2 h
     per key, so token_cost ~ 6 h for hidden size h), plus 8 x rows x length for reading
     each cache row's KV. Splitting a prompt over more rows trades dummy slots for KV copies."""
+
     def cost(w: int) -> float:
         rows = rows0 + sum(-(-n // w) for n in counts)
         return rows * max(width0, w) * (token_cost + length) + 8 * rows * length
@@ -147,8 +149,9 @@ class DecodeSpec:
 class RunningBatch:
     """Rows being decoded together; see the module docstring."""
 
-    def __init__(self, model: Any, spec: DecodeSpec, device: torch.device,
-                 prefix_cache: PrefixCache | None = None) -> None:
+    def __init__(
+        self, model: Any, spec: DecodeSpec, device: torch.device, prefix_cache: PrefixCache | None = None
+    ) -> None:
         self.model, self.spec, self.device = model, spec, device
         self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
         self.prefill_tokens = 0  # prompt positions run through the model
@@ -201,7 +204,7 @@ class RunningBatch:
         placed: list[tuple[int, int]] = [(0, 0)] * len(requests)  # request -> (new cache row, slot)
         for u, idx in enumerate(members):
             for start in range(0, len(idx), width):
-                for s, i in enumerate(idx[start:start + width]):
+                for s, i in enumerate(idx[start : start + width]):
                     placed[i] = (rows0 + len(row_prompt), s)
                 row_prompt.append(u)
         p_max = max(lengths)
@@ -209,7 +212,7 @@ class RunningBatch:
         length = max(len0, p_max)
         vis = torch.zeros(len(row_prompt), w_all, length, dtype=torch.bool, device=self.device)
         for i, (c, s) in enumerate(placed):
-            vis[c - rows0, s, length - lengths[src[i]]:] = True
+            vis[c - rows0, s, length - lengths[src[i]] :] = True
         # Room for every column the batch can still append (W per step until its longest row is done),
         # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
         left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
@@ -224,9 +227,9 @@ class RunningBatch:
                 buf = like.new_empty(rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
                 for j, c in enumerate(old_rows if old else ()):  # row by row: no temporary copy of the cache
-                    buf[j, :, length - len0:length] = old[layer][which][c]
+                    buf[j, :, length - len0 : length] = old[layer][which][c]
                 for c, u in enumerate(row_prompt):
-                    buf[rows0 + c, :, length - lengths[u]:length] = caches[u][layer][which][0]
+                    buf[rows0 + c, :, length - lengths[u] : length] = caches[u][layer][which][0]
                 bufs.append(buf)
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
         del caches, old
@@ -237,8 +240,7 @@ class RunningBatch:
             self.visible, self.logits, self.next_pos = vis, new_logits, new_pos
         else:
             assert self.logits is not None
-            self.visible = torch.cat([pad_to(pad_to(self.visible, 2, length, left=True), 1, w_all, left=False),
-                                      vis])
+            self.visible = torch.cat([pad_to(pad_to(self.visible, 2, length, left=True), 1, w_all, left=False), vis])
             self.logits = torch.cat([self.logits, new_logits])
             self.next_pos = torch.cat([self.next_pos, new_pos])
         self.rows.extend(rows)
@@ -313,7 +315,7 @@ class RunningBatch:
         assert self.logits is not None and self.cache is not None
         ids, lps = choose_tokens(self.logits, self.rows)
         done_rows: list[RowState] = []
-        for row, tok, lp, pos in zip(self.rows, ids, lps, self.next_pos.tolist()):
+        for row, tok, lp, pos in zip(self.rows, ids, lps, self.next_pos.tolist(), strict=True):
             row.token_ids.append(tok)
             row.logprobs.append(lp)
             row.finish_reason = _finished(row, tok, pos + 1, self.spec)
@@ -335,17 +337,22 @@ class RunningBatch:
         # each slot (dummies too: a query must see some key) sees its own new column
         own = torch.eye(width, dtype=torch.bool, device=self.device).expand(n_rows, -1, -1)
         self.visible = torch.cat([self.visible, own], dim=2)
-        out = self.model(input_ids=tokens.view(n_rows, width), position_ids=positions.view(n_rows, width),
-                         attention_mask=_attention_mask(self.model, self.visible), use_cache=True,
-                         **{self.cache_kw: self.cache})
+        out = self.model(
+            input_ids=tokens.view(n_rows, width),
+            position_ids=positions.view(n_rows, width),
+            attention_mask=_attention_mask(self.model, self.visible),
+            use_cache=True,
+            **{self.cache_kw: self.cache},
+        )
         self.cache = out_cache(out)
         self.logits = out.logits.reshape(n_rows * width, -1).index_select(0, flat)
         self.next_pos = self.next_pos + 1
         return done_rows
 
 
-def generate_batch(model: Any, requests: list[SampleRequest], rows: list[RowState], spec: DecodeSpec,
-                   device: torch.device) -> None:
+def generate_batch(
+    model: Any, requests: list[SampleRequest], rows: list[RowState], spec: DecodeSpec, device: torch.device
+) -> None:
     """Decode `requests` together to completion, filling `rows` in place (caller holds the model)."""
     batch = RunningBatch(model, spec, device)
     batch.admit(requests, rows)

@@ -41,8 +41,9 @@ def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: floa
     return chunks
 
 
-def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
-             bases: list[tuple[KV | None, int]] | None = None) -> tuple[list[KV], torch.Tensor]:
+def _prefill(
+    model: Any, prompts: list[list[int]], device: torch.device, bases: list[tuple[KV | None, int]] | None = None
+) -> tuple[list[KV], torch.Tensor]:
     """Prefill the prompts in length-bucketed, left-padded chunks.
 
     `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens,
@@ -54,7 +55,7 @@ def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
 
     bases = bases or [(None, 0)] * len(prompts)
     base_lens = [m for _, m in bases]
-    lengths = [len(p) - m for p, m in zip(prompts, base_lens)]  # what each prompt still prefills
+    lengths = [len(p) - m for p, m in zip(prompts, base_lens, strict=True)]  # what each prompt still prefills
     caches: list[Any] = [None] * len(prompts)
     last: list[Any] = [None] * len(prompts)
     for chunk in _prefill_chunks(lengths):
@@ -65,10 +66,10 @@ def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
         pos = torch.zeros(len(chunk), s_max, dtype=torch.long, device=device)
         for j, u in enumerate(chunk):
             m, n = base_lens[u], lengths[u]
-            ids[j, s_max - n:] = torch.tensor(prompts[u][m:], device=device)
-            mask[j, m_max - m:m_max] = 1
-            mask[j, m_max + s_max - n:] = 1
-            pos[j, s_max - n:] = torch.arange(m, m + n, device=device)
+            ids[j, s_max - n :] = torch.tensor(prompts[u][m:], device=device)
+            mask[j, m_max - m : m_max] = 1
+            mask[j, m_max + s_max - n :] = 1
+            pos[j, s_max - n :] = torch.arange(m, m + n, device=device)
         kwargs: dict[str, Any] = {}
         if not bool(mask.all()):  # no padding (e.g. a prompt alone): no mask, the fast causal path
             kwargs["attention_mask"] = mask
@@ -80,15 +81,21 @@ def _prefill(model: Any, prompts: list[list[int]], device: torch.device,
                 past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in first]
             else:
                 like = next(kv for kv, _ in (bases[u] for u in chunk) if kv is not None)
-                past = [tuple(torch.cat([_left_pad_base(bases[u][0], like, layer, which, m_max) for u in chunk])
-                              for which in (0, 1)) for layer in range(len(like))]
+                past = [
+                    tuple(
+                        torch.cat([_left_pad_base(bases[u][0], like, layer, which, m_max) for u in chunk])
+                        for which in (0, 1)
+                    )
+                    for layer in range(len(like))
+                ]
             kwargs[cache_kw(model)] = DynamicCache(ddp_cache_data=past)
         out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
         layers = out_cache(out).layers
         for j, u in enumerate(chunk):
             m, n = base_lens[u], lengths[u]
-            caches[u] = [(_real(la.keys, j, m_max, m, s_max, n), _real(la.values, j, m_max, m, s_max, n))
-                         for la in layers]
+            caches[u] = [
+                (_real(la.keys, j, m_max, m, s_max, n), _real(la.values, j, m_max, m, s_max, n)) for la in layers
+            ]
             last[u] = out.logits[j, -1]
     return caches, torch.stack(last)
 
@@ -126,12 +133,13 @@ def _left_pad_base(kv: KV | None, like: KV, layer: int, which: int, length: int)
 def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> torch.Tensor:
     """Row j's real positions of a [pad | base(m) | pad | suffix(n)] cache: [1,H,m+n,D]."""
     if m == 0 or n == s_max:  # one contiguous run: a view
-        return t[j:j + 1, :, m_max + s_max - n - m:] if n == s_max else t[j:j + 1, :, m_max + s_max - n:]
-    return torch.cat([t[j:j + 1, :, m_max - m:m_max], t[j:j + 1, :, m_max + s_max - n:]], dim=2)
+        return t[j : j + 1, :, m_max + s_max - n - m :] if n == s_max else t[j : j + 1, :, m_max + s_max - n :]
+    return torch.cat([t[j : j + 1, :, m_max - m : m_max], t[j : j + 1, :, m_max + s_max - n :]], dim=2)
 
 
-def prefill_prompts(model: Any, prompts: list[list[int]], device: torch.device, prefix_cache: PrefixCache | None
-                    ) -> tuple[list[KV], torch.Tensor, int, int]:
+def prefill_prompts(
+    model: Any, prompts: list[list[int]], device: torch.device, prefix_cache: PrefixCache | None
+) -> tuple[list[KV], torch.Tensor, int, int]:
     """Prefill distinct prompts, running each shared or cached prefix through the model once. Returns each
     prompt's KV [1,H,P,D] per layer, the last-position logits [U, V], and how many prompt positions ran
     through the model and how many were taken from a shared or cached prefix."""
@@ -151,19 +159,21 @@ def prefill_prompts(model: Any, prompts: list[list[int]], device: torch.device, 
         todo = [i for i in depth_nodes if sum(bases[u][1] < tree[i].length for u in tree[i].members) >= 2]
         if not todo:
             continue
-        texts = [prompts[tree[i].members[0]][:tree[i].length] for i in todo]
-        head_bases = [_best(pc.lookup(as_tokens(h), len(h) - 1), _kept_ancestor(tree, i, heads))
-                      for i, h in zip(todo, texts)]
+        texts = [prompts[tree[i].members[0]][: tree[i].length] for i in todo]
+        head_bases = [
+            _best(pc.lookup(as_tokens(h), len(h) - 1), _kept_ancestor(tree, i, heads))
+            for i, h in zip(todo, texts, strict=True)
+        ]
         kvs, _ = _prefill(model, texts, device, head_bases)
-        computed += sum(len(h) - m for h, (_, m) in zip(texts, head_bases))
+        computed += sum(len(h) - m for h, (_, m) in zip(texts, head_bases, strict=True))
         reused += sum(m for _, m in head_bases)
-        for i, h, kv in zip(todo, texts, kvs):
+        for i, h, kv in zip(todo, texts, kvs, strict=True):
             heads[i] = (kv, tree[i].length)
             pc.add(as_tokens(h), kv)
             for u in tree[i].members:
                 if bases[u][1] < tree[i].length:
                     bases[u] = heads[i]
-    computed += sum(len(p) - m for p, (_, m) in zip(prompts, bases))
+    computed += sum(len(p) - m for p, (_, m) in zip(prompts, bases, strict=True))
     reused += sum(m for _, m in bases)
     caches, last = _prefill(model, prompts, device, bases)
     return caches, last, computed, reused

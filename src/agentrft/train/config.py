@@ -8,6 +8,7 @@ Presets (`PRESETS`) are Python constants. Every option documents itself here.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import tomllib
@@ -35,7 +36,7 @@ class PolicyConfig(_Cfg):
     sampler: Literal["engine", "reference"] = Field(
         default="engine",
         description="in-process sampler: the continuous-batching engine, or the reference sampler (one plain "
-                    "transformers generate() per request: slow, the engine's test oracle)",
+        "transformers generate() per request: slow, the engine's test oracle)",
     )
     finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
     lora_r: int = Field(default=16, ge=1)
@@ -45,7 +46,8 @@ class PolicyConfig(_Cfg):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     gradient_checkpointing: bool = Field(
-        default=False, description="recompute each layer in the backward: much less activation memory, ~1/3 more compute"
+        default=False,
+        description="recompute each layer in the backward: much less activation memory, ~1/3 more compute",
     )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="bf16 autocast with fp32 master weights; auto = bf16 when the CPU runs bf16 matmuls"
@@ -58,7 +60,8 @@ class RolloutConfig(_Cfg):
     tasks_per_step: int = Field(default=4, ge=1)
     group_size: int = Field(default=8, ge=1, description="G: samples per task (one GRPO group)")
     temperature: float = Field(
-        default=1.0, gt=0.0,
+        default=1.0,
+        gt=0.0,
         description="sampling temperature; also the temperature of the trained log-probs (one distribution)",
     )
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling; the trainer applies it too")
@@ -95,7 +98,9 @@ class AlgorithmConfig(_Cfg):
     aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = "token_mean"
     constant_max_tokens: int = Field(default=512, ge=1, description="L of the Dr. GRPO constant normaliser (G * L)")
     kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
-    is_cap: float | None = Field(default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off")
+    is_cap: float | None = Field(
+        default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off"
+    )
     updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
@@ -113,12 +118,13 @@ class OptimizerConfig(_Cfg):
     shared_prefix: bool = Field(
         default=True,
         description="run each common token prefix (a group's prompt) once per micro-batch, as a prefix tree with a "
-                    "4D attention mask; exact (same log-probs, loss and gradients up to float rounding)",
+        "4D attention mask; exact (same log-probs, loss and gradients up to float rounding)",
     )
     shared_prefix_row_tokens: int = Field(
-        default=2048, ge=1,
+        default=2048,
+        ge=1,
         description="most packed tokens per prefix-tree row; attention cost grows with its square, and a group "
-                    "that does not fit is split (each part recomputes its prefix, still exact)",
+        "that does not fit is split (each part recomputes its prefix, still exact)",
     )
 
 
@@ -165,7 +171,8 @@ class TrainConfig(_Cfg):
                 raise ValueError(
                     f"algorithm.logprob_temperature={algo['logprob_temperature']} differs from rollout.temperature="
                     f"{t}: the trainer must train the distribution the sampler drew from; remove "
-                    "algorithm.logprob_temperature (the training temperature is rollout.temperature)")
+                    "algorithm.logprob_temperature (the training temperature is rollout.temperature)"
+                )
             data = {**data, "algorithm": {k: v for k, v in algo.items() if k != "logprob_temperature"}}
         return data
 
@@ -225,10 +232,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: cannot parse value {raw!r}: {exc}") from None
     if isinstance(value, str) and value.strip():  # YAML reads 1e-5 as a string
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     return key.strip(), value
 
 

@@ -75,8 +75,17 @@ def sampled_logprobs(
     body, head = _body_and_head(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)  # token t+1 is predicted from position t
-    return head_logprobs(head, hidden[b_idx, t_idx], input_ids, b_idx, t_idx, chunk_size=chunk_size,
-                         with_entropy=with_entropy, use_checkpoint=use_checkpoint, dist=dist)
+    return head_logprobs(
+        head,
+        hidden[b_idx, t_idx],
+        input_ids,
+        b_idx,
+        t_idx,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        use_checkpoint=use_checkpoint,
+        dist=dist,
+    )
 
 
 def head_logprobs(

@@ -86,8 +86,13 @@ def prepare_model(model: torch.nn.Module, pc: PolicyConfig) -> torch.nn.Module:
         return model
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=pc.lora_r, lora_alpha=pc.lora_alpha, lora_dropout=pc.lora_dropout,
-                      target_modules=pc.lora_target_modules, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=pc.lora_r,
+        lora_alpha=pc.lora_alpha,
+        lora_dropout=pc.lora_dropout,
+        target_modules=pc.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, lora)
 
 
@@ -98,15 +103,35 @@ def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -
     params = SamplingParams(temperature=e.temperature, max_tokens=cfg.rollout.max_tokens)
     if comps.store is None:
         raise ValueError("a periodic eval (eval.every_steps > 0) needs a store")
-    result = asyncio.run(evaluate_async(
-        comps.env, comps.sampler, split=e.split, samples=e.samples_per_task, tasks=e.num_tasks, store=comps.store,
-        run_name=f"{run_id}-eval-v{version}", params=params, env_spec=cfg.rollout.env, grader=comps.grader,
-        tool_format=cfg.rollout.tool_format, seed=cfg.seed, progress=False))
+    result = asyncio.run(
+        evaluate_async(
+            comps.env,
+            comps.sampler,
+            split=e.split,
+            samples=e.samples_per_task,
+            tasks=e.num_tasks,
+            store=comps.store,
+            run_name=f"{run_id}-eval-v{version}",
+            params=params,
+            env_spec=cfg.rollout.env,
+            grader=comps.grader,
+            tool_format=cfg.rollout.tool_format,
+            seed=cfg.seed,
+            progress=False,
+        )
+    )
     return eval_metrics(result, "valid")
 
 
-def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: Components | None = None,
-          stop_after: int | None = None, progress: bool = False) -> TrainResult:
+def train(
+    cfg: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    components: Components | None = None,
+    stop_after: int | None = None,
+    progress: bool = False,
+) -> TrainResult:
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
     would). ``progress``: a live bar on a terminal, else one line per step on stderr."""
     run_dir = Path(run_dir)
@@ -121,8 +146,10 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
     comps = components or build_components(cfg, run_dir)
     policy = comps.sampler
     if not isinstance(policy, TrainablePolicy):
-        raise TypeError(f"policy {getattr(policy, 'policy', policy)!r} cannot be trained in process "
-                        "(not a TrainablePolicy: eval-only endpoints and remote engines are sampled, not trained)")
+        raise TypeError(
+            f"policy {getattr(policy, 'policy', policy)!r} cannot be trained in process "
+            "(not a TrainablePolicy: eval-only endpoints and remote engines are sampled, not trained)"
+        )
     cfg.save(run_dir / "config.yaml")
     model = prepare_model(policy.model, cfg.policy)
     ref_model = None
@@ -139,16 +166,27 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
     state.extra["run_id"] = run_id
     if comps.store is not None and not comps.store.has_run(run_id):
         comps.store.add_run(Run(id=run_id, name=run_dir.name, kind="train", config=cfg.model_dump(mode="json")))
-    logger = MetricsLogger(run_dir, cfg.logging, store=comps.store, run_id=run_id,
-                           resume_from_step=state.step if last is not None else None)
+    logger = MetricsLogger(
+        run_dir,
+        cfg.logging,
+        store=comps.store,
+        run_id=run_id,
+        resume_from_step=state.step if last is not None else None,
+    )
     precision = autocast_dtype(cfg.policy.precision)
     dist = cfg.sampling_distribution()
     tasks = comps.env.tasks(cfg.rollout.split)
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
     r = cfg.rollout
-    runner = Runner(comps.env, policy, store=comps.store, tool_format=r.tool_format, progress=False,
-                    params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens))
+    runner = Runner(
+        comps.env,
+        policy,
+        store=comps.store,
+        tool_format=r.tool_format,
+        progress=False,
+        params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens),
+    )
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
     history: list[dict[str, float]] = []
     saved: Path | None = last
@@ -159,23 +197,37 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                 t_step = time.perf_counter()
                 policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
                 model.eval()  # sampling: no dropout
-                groups, state.cursor, metrics = collect_stage(cfg, runner, tasks, state.cursor, run_id,
-                                                              state.policy_version, comps.grader, comps.store)
+                groups, state.cursor, metrics = collect_stage(
+                    cfg, runner, tasks, state.cursor, run_id, state.policy_version, comps.grader, comps.store
+                )
                 trim()  # the rollout's KV caches were freed in the engine thread's arena
                 trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
                 metrics.update(adv_metrics)
                 batches = pack_stage(trajs, per_token, cfg, pad_id)
                 t0 = time.perf_counter()
                 with policy.paused():
-                    metrics.update(policy_update(model, optimizer, scheduler, batches, cfg.algorithm, o, dist=dist,
-                                                 precision=precision, ref_model=ref_model))
+                    metrics.update(
+                        policy_update(
+                            model,
+                            optimizer,
+                            scheduler,
+                            batches,
+                            cfg.algorithm,
+                            o,
+                            dist=dist,
+                            precision=precision,
+                            ref_model=ref_model,
+                        )
+                    )
                     state.policy_version += 1
                     policy.weights_updated(state.policy_version)  # sync: sample from these weights from now on
                 model.eval()
                 trim()
                 metrics["time/training_s"] = time.perf_counter() - t0
                 metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
-                metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(metrics["time/sampling_s"], 1e-9)
+                metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(
+                    metrics["time/sampling_s"], 1e-9
+                )
                 state.step = step
                 if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.steps):
                     t0 = time.perf_counter()
@@ -189,8 +241,9 @@ def train(cfg: TrainConfig, run_dir: Path, *, resume: bool = False, components: 
                 bar.step(step, metrics)
                 every = cfg.checkpoint.every_steps
                 if (every and step % every == 0) or step == cfg.steps or step == stop_after:
-                    saved = save_checkpoint(ckpt_root, model, optimizer, scheduler, state,
-                                            keep_last=cfg.checkpoint.keep_last)
+                    saved = save_checkpoint(
+                        ckpt_root, model, optimizer, scheduler, state, keep_last=cfg.checkpoint.keep_last
+                    )
                 if stop_after is not None and step >= stop_after:
                     break
         if state.step >= cfg.steps:

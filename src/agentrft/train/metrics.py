@@ -87,14 +87,24 @@ def is_timing_key(key: str) -> bool:
 class MetricsLogger:
     """Writes each step's metrics to ``metrics.jsonl``, the store and the enabled trackers."""
 
-    def __init__(self, run_dir: Path, cfg: LoggingConfig, *, store: Any = None, run_id: str = "",
-                 resume_from_step: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        cfg: LoggingConfig,
+        *,
+        store: Any = None,
+        run_id: str = "",
+        resume_from_step: int | None = None,
+    ) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.store, self.run_id = store, run_id
         if resume_from_step is not None and self.path.exists():
             # Steps logged after the checkpoint we resume from will be redone: drop them.
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_from_step]
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= resume_from_step
+            ]
             self.path.write_text("".join(k + "\n" for k in kept))
         self._tb: Any = None
         self._wandb: Any = None

@@ -14,9 +14,11 @@ from typing import Any, TextIO
 
 def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
     """``step 3/10  reward 0.412  success 0.344  excluded 0  sample 9.1s  update 7.9s``."""
-    parts = [f"step {step}/{total}",
-             f"reward {metrics.get('train_reward_mean', 0.0):.3f}",
-             f"success {metrics.get('train_success_rate', 0.0):.3f}"]
+    parts = [
+        f"step {step}/{total}",
+        f"reward {metrics.get('train_reward_mean', 0.0):.3f}",
+        f"success {metrics.get('train_success_rate', 0.0):.3f}",
+    ]
     if "excluded_trajectories" in metrics:
         parts.append(f"excluded {int(metrics['excluded_trajectories'])}")
     if "valid_reward_mean" in metrics:
@@ -40,8 +42,14 @@ class StepProgress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[info]}"), console=Console(file=self.stream))
+            self._bar = Progress(
+                TextColumn("training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=Console(file=self.stream),
+            )
             self._bar.start()
             self._task = self._bar.add_task("train", total=self.total, completed=self.start, info="")
         return self

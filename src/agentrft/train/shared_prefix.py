@@ -136,8 +136,10 @@ def plan_rows(token_lists: Sequence[Sequence[int]], row_tokens: int) -> list[lis
 
 
 def packed_row_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> int:
-    return sum(len(token_lists[j]) - (common_prefix_len(token_lists[row[k - 1]], token_lists[j]) if k else 0)
-               for k, j in enumerate(row))
+    return sum(
+        len(token_lists[j]) - (common_prefix_len(token_lists[row[k - 1]], token_lists[j]) if k else 0)
+        for k, j in enumerate(row)
+    )
 
 
 def shared_prefix_micro_batches(
@@ -180,9 +182,19 @@ def shared_prefix_logprobs(
         raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
     body, head = _body_and_head(model)
     dtype = next(body.parameters()).dtype
-    hidden = body(input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype),
-                  position_ids=rows.position_ids).last_hidden_state  # (R, L, H)
+    hidden = body(
+        input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype), position_ids=rows.position_ids
+    ).last_hidden_state  # (R, L, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
     h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
-    return head_logprobs(head, h, input_ids, b_idx, t_idx, chunk_size=chunk_size, with_entropy=with_entropy,
-                         use_checkpoint=use_checkpoint, dist=dist)
+    return head_logprobs(
+        head,
+        h,
+        input_ids,
+        b_idx,
+        t_idx,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        use_checkpoint=use_checkpoint,
+        dist=dist,
+    )

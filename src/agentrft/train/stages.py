@@ -49,8 +49,9 @@ def next_tasks(tasks: Sequence[Task], cursor: int, n: int, seed: int) -> list[Ta
     return out
 
 
-def rollout_stage(runner: Runner, tasks: list[Task], group_size: int, run_id: str,
-                  policy_version: int) -> list[Trajectory]:
+def rollout_stage(
+    runner: Runner, tasks: list[Task], group_size: int, run_id: str, policy_version: int
+) -> list[Trajectory]:
     """Play ``group_size`` episodes of each task (one group each); each is stored as it finishes."""
     return asyncio.run(runner.run(tasks, group_size, run_id=run_id, policy_version=policy_version))
 
@@ -123,8 +124,14 @@ def filter_stage(trajs: list[Trajectory], *, drop_zero_signal: bool, into: Filte
 
 
 def collect_stage(
-    cfg: TrainConfig, runner: Runner, tasks: Sequence[Task], cursor: int, run_id: str, policy_version: int,
-    grader: Grader, store: Store | None,
+    cfg: TrainConfig,
+    runner: Runner,
+    tasks: Sequence[Task],
+    cursor: int,
+    run_id: str,
+    policy_version: int,
+    grader: Grader,
+    store: Store | None,
 ) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
     """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds).
 
@@ -149,8 +156,13 @@ def collect_stage(
         filter_stage(trajs, drop_zero_signal=ds.enabled, into=kept)
         if not ds.enabled or len(kept.groups) >= r.tasks_per_step or rounds >= ds.max_rounds:
             break
-    metrics = {"sampling_rounds": float(rounds), "groups_trained": float(len(kept.groups)),
-               "time/sampling_s": t_sample, "time/grading_s": t_grade, **kept.metrics()}
+    metrics = {
+        "sampling_rounds": float(rounds),
+        "groups_trained": float(len(kept.groups)),
+        "time/sampling_s": t_sample,
+        "time/grading_s": t_grade,
+        **kept.metrics(),
+    }
     metrics.update(rollout_metrics(all_trajs, "train"))
     return kept.groups, cursor, metrics
 
@@ -160,7 +172,9 @@ def _num_turns(t: Trajectory) -> int:
     return len({k for k, m in zip(t.tokens.turn, t.tokens.loss_mask, strict=True) if m})
 
 
-def advantage_stage(groups: list[list[Trajectory]], algo: AlgorithmConfig) -> tuple[list[Trajectory], list[list[float]], dict[str, float]]:
+def advantage_stage(
+    groups: list[list[Trajectory]], algo: AlgorithmConfig
+) -> tuple[list[Trajectory], list[list[float]], dict[str, float]]:
     """Per-token advantages for every trajectory of ``groups`` (healthy ones: see `filter_stage`)."""
     trajs = [t for g in groups for t in g]
     if not trajs:
@@ -183,14 +197,24 @@ def advantage_stage(groups: list[list[Trajectory]], algo: AlgorithmConfig) -> tu
     if algo.turn_level:
         missing = [t.id for t in trajs if t.grade is None or t.grade.turn_rewards is None]
         if missing:
-            raise ValueError(f"algorithm.turn_level is on but trajectories {missing[:3]} have no grade.turn_rewards; "
-                             "use a grader that gives per-turn rewards or turn turn_level off")
-        turn_adv, m = turn_level(adv, [t.grade.turn_rewards for t in trajs], [_num_turns(t) for t in trajs],  # type: ignore[union-attr,misc]
-                                 index, turn_weight=algo.turn_weight, eps=algo.adv_eps)
+            raise ValueError(
+                f"algorithm.turn_level is on but trajectories {missing[:3]} have no grade.turn_rewards; "
+                "use a grader that gives per-turn rewards or turn turn_level off"
+            )
+        turn_adv, m = turn_level(
+            adv,
+            [t.grade.turn_rewards for t in trajs],
+            [_num_turns(t) for t in trajs],  # type: ignore[union-attr,misc]
+            index,
+            turn_weight=algo.turn_weight,
+            eps=algo.adv_eps,
+        )
         metrics.update(m)
         for t, ta in zip(trajs, turn_adv, strict=True):
             assert t.tokens is not None
-            per_token.append(broadcast_turn_advantages(ta, torch.tensor(t.tokens.turn), torch.tensor(t.tokens.loss_mask)).tolist())
+            per_token.append(
+                broadcast_turn_advantages(ta, torch.tensor(t.tokens.turn), torch.tensor(t.tokens.loss_mask)).tolist()
+            )
     else:
         for t, a in zip(trajs, adv.tolist(), strict=True):
             assert t.tokens is not None
@@ -198,9 +222,14 @@ def advantage_stage(groups: list[list[Trajectory]], algo: AlgorithmConfig) -> tu
     return trajs, per_token, metrics
 
 
-def pack_stage(trajs: list[Trajectory], per_token: list[list[float]], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
-    seqs = [to_sequence(i, t, a) for i, (t, a) in enumerate(zip(trajs, per_token, strict=True))
-            if t.tokens is not None and t.tokens.num_sampled > 0]
+def pack_stage(
+    trajs: list[Trajectory], per_token: list[list[float]], cfg: TrainConfig, pad_id: int
+) -> list[MicroBatch]:
+    seqs = [
+        to_sequence(i, t, a)
+        for i, (t, a) in enumerate(zip(trajs, per_token, strict=True))
+        if t.tokens is not None and t.tokens.num_sampled > 0
+    ]
     o = cfg.optimizer
     if o.shared_prefix:
         from agentrft.train.shared_prefix import shared_prefix_micro_batches

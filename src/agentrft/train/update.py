@@ -89,14 +89,17 @@ def lr_lambda(opt: OptimizerConfig, total_steps: int) -> Any:
     return f
 
 
-def batch_logprobs(model: Any, mb: MicroBatch, *, chunk: int, dist: Distribution,
-                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_logprobs(
+    model: Any, mb: MicroBatch, *, chunk: int, dist: Distribution, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) log-probs and entropy of ``mb``'s sampled tokens: on its prefix-tree packing if it has one."""
     if mb.shared is not None:
-        return shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=chunk,
-                                      with_entropy=with_entropy, dist=dist)
-    return sampled_logprobs(model, mb.input_ids, mb.attention_mask, mb.loss_mask, chunk_size=chunk,
-                            with_entropy=with_entropy, dist=dist)
+        return shared_prefix_logprobs(
+            model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=chunk, with_entropy=with_entropy, dist=dist
+        )
+    return sampled_logprobs(
+        model, mb.input_ids, mb.attention_mask, mb.loss_mask, chunk_size=chunk, with_entropy=with_entropy, dist=dist
+    )
 
 
 def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, dist: Distribution) -> torch.Tensor:
@@ -147,8 +150,7 @@ def policy_update(
     if algo.updates_per_batch > 1:
         with torch.no_grad(), _autocast(precision):
             for mb in batches:
-                mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist,
-                                                 with_entropy=False)[0]
+                mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist, with_entropy=False)[0]
     sums: dict[str, float] = {}
     loss_total = 0.0
     grad_norm = 0.0
@@ -164,12 +166,26 @@ def policy_update(
             old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
             ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, dist) if algo.kl_coef > 0 else None
             per_token, m = clipped_pg_loss(
-                logp, old, mb.advantages, mb.loss_mask, eps_low=algo.eps_low, eps_high=algo.eps_high,
-                sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None, is_cap=algo.is_cap,
-                ref_logprobs=ref, kl_coef=algo.kl_coef, entropy=ent,
+                logp,
+                old,
+                mb.advantages,
+                mb.loss_mask,
+                eps_low=algo.eps_low,
+                eps_high=algo.eps_high,
+                sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None,
+                is_cap=algo.is_cap,
+                ref_logprobs=ref,
+                kl_coef=algo.kl_coef,
+                entropy=ent,
             )
-            loss = aggregate(algo.aggregation, per_token, mb.loss_mask, global_num_tokens=global_tokens,
-                             global_num_sequences=global_seqs, max_tokens=algo.constant_max_tokens)
+            loss = aggregate(
+                algo.aggregation,
+                per_token,
+                mb.loss_mask,
+                global_num_tokens=global_tokens,
+                global_num_sequences=global_seqs,
+                max_tokens=algo.constant_max_tokens,
+            )
             trim()  # what the forward freed goes back before the backward allocates gradients (~1 ms)
             loss.backward()
             loss_total += float(loss.detach())
@@ -183,11 +199,18 @@ def policy_update(
     for mb in batches:
         mb.old_logprobs = None
     out = {k: v for k, v in sums.items()}
-    out.update(loss=loss_total / algo.updates_per_batch, grad_norm=grad_norm, lr=scheduler.get_last_lr()[0],
-               sampler_logprob_gap_mean=gap_sum / global_tokens, sampler_logprob_gap_max=gap_max,
-               train_tokens=float(global_tokens), train_sequences=float(global_seqs),
-               train_forward_tokens=float(sum(mb.num_forward_tokens for mb in batches)),
-               train_sequence_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
-               train_padded_tokens=float(sum((mb.shared.input_ids if mb.shared is not None else mb.input_ids).numel()
-                                             for mb in batches)))
+    out.update(
+        loss=loss_total / algo.updates_per_batch,
+        grad_norm=grad_norm,
+        lr=scheduler.get_last_lr()[0],
+        sampler_logprob_gap_mean=gap_sum / global_tokens,
+        sampler_logprob_gap_max=gap_max,
+        train_tokens=float(global_tokens),
+        train_sequences=float(global_seqs),
+        train_forward_tokens=float(sum(mb.num_forward_tokens for mb in batches)),
+        train_sequence_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
+        train_padded_tokens=float(
+            sum((mb.shared.input_ids if mb.shared is not None else mb.input_ids).numel() for mb in batches)
+        ),
+    )
     return out

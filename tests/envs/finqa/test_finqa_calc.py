@@ -143,7 +143,14 @@ def test_calc_error_is_a_value_error() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(3.0, "3"), (-0.0, "0"), (0.01639, "0.01639"), (1234567.891234567, "1234567.891235"), (2e15, "2e+15"), ("no", "no")],
+    [
+        (3.0, "3"),
+        (-0.0, "0"),
+        (0.01639, "0.01639"),
+        (1234567.891234567, "1234567.891235"),
+        (2e15, "2e+15"),
+        ("no", "no"),
+    ],
 )
 def test_format_number(value: float | str, text: str) -> None:
     assert format_number(value) == text

@@ -70,7 +70,7 @@ def test_evaluate_predictions_hand_computed(tmp_path: Path) -> None:
 
 
 def test_missing_prediction_id_is_a_clear_error(tmp_path: Path) -> None:
-    preds = PREDICTIONS + [{"id": "zzz", "predicted": ["add(", "1", "1", ")", "EOF"]}]
+    preds = [*PREDICTIONS, {"id": "zzz", "predicted": ["add(", "1", "1", ")", "EOF"]}]
     with pytest.raises(FinqaDataError, match=r"1 prediction id\(s\) not in .*'zzz'"):
         evaluate_predictions(write(tmp_path / "pred.json", preds), write(tmp_path / "gold.json", GOLD))
 

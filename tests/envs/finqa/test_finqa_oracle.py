@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from collections import Counter
@@ -71,8 +72,11 @@ def test_budget_and_unknown_tool(env: FinqaLiteEnv) -> None:
     ep = env.start(task)
 
     async def go() -> list:
-        return [await ep.call_tool("frobnicate", {}), await ep.call_tool("calculate", {"expression": "1+1"}),
-                await ep.call_tool("calculate", {"expression": "1+1"})]
+        return [
+            await ep.call_tool("frobnicate", {}),
+            await ep.call_tool("calculate", {"expression": "1+1"}),
+            await ep.call_tool("calculate", {"expression": "1+1"}),
+        ]
 
     unknown, ok, over = asyncio.run(go())
     assert unknown.error_kind == "unknown_tool"
@@ -88,7 +92,7 @@ def test_few_shot_structure(env: FinqaLiteEnv) -> None:
     assert len(finals) == 6 and all(m.text().startswith("The answer is ") for m in finals)
     names = [m.tool_calls[0].function.name for m in msgs if m.tool_calls]
     assert names.count("calculate") == 6 and names.count("search") == 3 and names.count("open") == 3
-    for call, result in zip(msgs, msgs[1:]):
+    for call, result in itertools.pairwise(msgs):
         if call.tool_calls:
             assert result.role == "tool" and result.tool_call_id == call.tool_calls[0].id
             assert not result.text().startswith("Error")
@@ -111,8 +115,13 @@ def test_calculator_only_levels_offer_one_tool() -> None:
 
 
 def test_env_contract(env: FinqaLiteEnv) -> None:
-    assert env.grader_spec() == {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}",
-                                 "reference": "{{ item.answer }}", "rel_tol": 0.01}
+    assert env.grader_spec() == {
+        "type": "numeric",
+        "name": "answer",
+        "input": "{{ sample.output_text }}",
+        "reference": "{{ item.answer }}",
+        "rel_tol": 0.01,
+    }
     ref = env.ref()
     assert ref.name == "finqa-lite" and len(ref.tool_schema_hash) == 16
     assert [s["function"]["name"] for s in env.tool_schemas()] == ["search", "open", "calculate"]

@@ -10,17 +10,27 @@ TABLE = (("", "2023", "2022"), ("revenue", "$ 5,829", "$ 5,735"), ("net income",
 
 
 def _doc(doc_id: str, company: str, year: int, extra: str = "") -> Document:
-    return Document(doc_id, f"{company} annual report {year}", company, year,
-                    (f"{company} makes things. {extra}",), ("employees were 1,200.",), TABLE)
+    return Document(
+        doc_id,
+        f"{company} annual report {year}",
+        company,
+        year,
+        (f"{company} makes things. {extra}",),
+        ("employees were 1,200.",),
+        TABLE,
+    )
 
 
 def _index(page_chars: int = 1500) -> DocumentIndex:
-    return DocumentIndex([
-        _doc("ACME/2023/page_1.pdf", "Acme Robotics", 2023),
-        _doc("ACME/2022/page_1.pdf", "Acme Robotics", 2022),
-        _doc("BOLT/2023/page_2.pdf", "Bolt Foods", 2023, "Acme is a competitor."),
-        _doc("CEDA/2023/page_3.pdf", "Cedar Labs", 2023),
-    ], page_chars=page_chars)
+    return DocumentIndex(
+        [
+            _doc("ACME/2023/page_1.pdf", "Acme Robotics", 2023),
+            _doc("ACME/2022/page_1.pdf", "Acme Robotics", 2022),
+            _doc("BOLT/2023/page_2.pdf", "Bolt Foods", 2023, "Acme is a competitor."),
+            _doc("CEDA/2023/page_3.pdf", "Cedar Labs", 2023),
+        ],
+        page_chars=page_chars,
+    )
 
 
 def test_search_ranks_company_and_year_first() -> None:

@@ -108,9 +108,7 @@ def _parse_program(text: str) -> list[Step]:
         if op in TABLE_OPS and len(args) == 1:
             args.append("none")
         if len(args) != 2:
-            raise CalcError(
-                f"step {len(steps)}: {op} takes 2 arguments separated by ', ', got {len(args)}: {args}"
-            )
+            raise CalcError(f"step {len(steps)}: {op} takes 2 arguments separated by ', ', got {len(args)}: {args}")
         if op not in TABLE_OPS:
             args = [arg.replace("$", "") for arg in args]
         steps.append(Step(op, args[0], args[1]))

@@ -62,19 +62,86 @@ FACT_LABELS: dict[str, str] = {
     "employees": "employees",
 }
 
-_PREFIXES = (
-    "Arbor Beacon Cedar Dorian Elmstone Falcon Granite Harbor Ironwood Juniper Kestrel Lumen Meridian "
-    "Northgate Onyx Pinnacle Quarry Redwood Summit Tidewater Umber Vantage Willow Xenith Yardley Zephyr "
-    "Alder Bramble Copper Driftwood Ember Fjord Glacier Hawthorn Indigo Jasper Keystone Larch Marlow Nimbus"
-).split()
-_CORES = (
-    "Dynamics Systems Logistics Foods Energy Health Labs Materials Networks Robotics Textiles Minerals "
-    "Pharma Motors Analytics Brands Marine Aerospace Utilities Retail Biotech Devices Chemicals Media"
-).split()
+_PREFIXES = [
+    "Arbor",
+    "Beacon",
+    "Cedar",
+    "Dorian",
+    "Elmstone",
+    "Falcon",
+    "Granite",
+    "Harbor",
+    "Ironwood",
+    "Juniper",
+    "Kestrel",
+    "Lumen",
+    "Meridian",
+    "Northgate",
+    "Onyx",
+    "Pinnacle",
+    "Quarry",
+    "Redwood",
+    "Summit",
+    "Tidewater",
+    "Umber",
+    "Vantage",
+    "Willow",
+    "Xenith",
+    "Yardley",
+    "Zephyr",
+    "Alder",
+    "Bramble",
+    "Copper",
+    "Driftwood",
+    "Ember",
+    "Fjord",
+    "Glacier",
+    "Hawthorn",
+    "Indigo",
+    "Jasper",
+    "Keystone",
+    "Larch",
+    "Marlow",
+    "Nimbus",
+]
+_CORES = [
+    "Dynamics",
+    "Systems",
+    "Logistics",
+    "Foods",
+    "Energy",
+    "Health",
+    "Labs",
+    "Materials",
+    "Networks",
+    "Robotics",
+    "Textiles",
+    "Minerals",
+    "Pharma",
+    "Motors",
+    "Analytics",
+    "Brands",
+    "Marine",
+    "Aerospace",
+    "Utilities",
+    "Retail",
+    "Biotech",
+    "Devices",
+    "Chemicals",
+    "Media",
+]
 _SUFFIXES = ("Inc.", "Corp.", "Holdings", "Group", "plc", "Co.")
 SECTORS = (
-    "industrials", "consumer staples", "energy", "health care", "technology", "materials",
-    "utilities", "consumer discretionary", "communication services", "transportation",
+    "industrials",
+    "consumer staples",
+    "energy",
+    "health care",
+    "technology",
+    "materials",
+    "utilities",
+    "consumer discretionary",
+    "communication services",
+    "transportation",
 )
 # R&D as a share of revenue depends on the sector, which makes the text facts less uniform.
 _RD_SHARE = {"technology": (0.08, 0.18), "health care": (0.10, 0.20)}

@@ -26,13 +26,13 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agentrft.envs.finqa.corpus import (
+    FACT_LABELS,
     REPORT_YEARS,
     SERIES_YEARS,
-    FACT_LABELS,
     TABLE_ROWS,
     Company,
     Corpus,
@@ -93,7 +93,11 @@ class FinqaLite:
             "train": order[1 + n_held :],
         }
         self.split_companies["ood"] = self.split_companies["held-out"]
-        self.split_templates: dict[str, tuple[str, ...]] = {"train": IN_DISTRIBUTION, "held-out": IN_DISTRIBUTION, "ood": OOD}
+        self.split_templates: dict[str, tuple[str, ...]] = {
+            "train": IN_DISTRIBUTION,
+            "held-out": IN_DISTRIBUTION,
+            "ood": OOD,
+        }
         self._cache: dict[tuple[str, int], list[Task]] = {}
 
     # ------------------------------------------------------------ public API
@@ -158,7 +162,9 @@ class FinqaLite:
     def _values(self, report: Report, template: Template, year: int) -> list[float]:
         return [report.facts[(key, year + off)] for key, off in template.operands]
 
-    def _make(self, level: int, template: Template, companies: list[Company], rng: random.Random, split: str) -> Task | None:
+    def _make(
+        self, level: int, template: Template, companies: list[Company], rng: random.Random, split: str
+    ) -> Task | None:
         if level == 4:
             return self._make_level4(template, companies, rng, split)
         co = companies[0]
@@ -169,7 +175,8 @@ class FinqaLite:
         question = template.question_text(co.name, year)
         if level == 1:
             facts = "; ".join(
-                f"{fmt_label(key)} {_verb(key)} {fmt_prose(key, v)} in {year + off}" for (key, off), v in zip(template.operands, values, strict=True)
+                f"{fmt_label(key)} {_verb(key)} {fmt_prose(key, v)} in {year + off}"
+                for (key, off), v in zip(template.operands, values, strict=True)
             )
             prompt = f"For {co.name}: {facts}. {question}"
         elif level == 2:
@@ -178,7 +185,9 @@ class FinqaLite:
             prompt = f"{question} Find the figures in the company's {year} annual report."
             if numbers_in(prompt) & set(values):  # a figure equal to a year would leak into the prompt
                 return None
-        return self._task(split, level, template, program, report.table, prompt, [co], [year], [report.doc_id], "single")
+        return self._task(
+            split, level, template, program, report.table, prompt, [co], [year], [report.doc_id], "single"
+        )
 
     def _make_level4(self, template: Template, companies: list[Company], rng: random.Random, split: str) -> Task | None:
         variant = rng.choice(("companies", "years"))
@@ -202,8 +211,18 @@ class FinqaLite:
         if numbers_in(prompt) & set(values[0] + values[1]):
             return None
         cos = [c for c, _ in pairs]
-        return self._task(split, 4, template, program, reports[0].table, prompt, cos, [y for _, y in pairs],
-                          [r.doc_id for r in reports], variant)
+        return self._task(
+            split,
+            4,
+            template,
+            program,
+            reports[0].table,
+            prompt,
+            cos,
+            [y for _, y in pairs],
+            [r.doc_id for r in reports],
+            variant,
+        )
 
     def _excerpt(self, report: Report, template: Template, rng: random.Random) -> str:
         """Level-2 context: header, the needed rows plus two distractors (table order), needed sentences."""

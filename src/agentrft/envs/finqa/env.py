@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.finqa.curriculum import LEVELS, FinqaLite, answer_text
 from agentrft.envs.finqa.program import program_to_infix
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
@@ -112,7 +112,9 @@ class FinqaLiteEnv(Environment):
 
     def start(self, task: Task) -> ToolboxEpisode:
         state = FinqaToolState(self.index)
-        toolbox = finqa_toolbox(state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars)
+        toolbox = finqa_toolbox(
+            state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars
+        )
         offered = {s["function"]["name"] for s in self.tool_schemas()}
         toolbox = toolbox.only(offered)
         level = task.data.get("level")
@@ -128,7 +130,10 @@ class FinqaLiteEnv(Environment):
         """Worked examples per level (EXAMPLE_TEMPLATES), on the company kept out of every split; tool outputs are real."""
         if self._few_shot is None:
             self._few_shot = [
-                m for level in self.levels for template in EXAMPLE_TEMPLATES[level] for m in self._example(level, template)
+                m
+                for level in self.levels
+                for template in EXAMPLE_TEMPLATES[level]
+                for m in self._example(level, template)
             ]
         return [m.model_copy(deep=True) for m in self._few_shot]
 
@@ -138,7 +143,9 @@ class FinqaLiteEnv(Environment):
         calls = _Calls(f"example{level}_{template}")
         messages = [task.messages[0].model_copy()]
         if level >= 3:
-            for company, year, doc_id in zip(task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True):
+            for company, year, doc_id in zip(
+                task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True
+            ):
                 query = f"{company} {year}"
                 messages += calls.call("search", {"query": query}, state.search(query))
                 messages += calls.call("open", {"doc_id": doc_id}, state.open(doc_id))

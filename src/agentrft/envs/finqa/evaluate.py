@@ -50,7 +50,7 @@ def _index_gold(records: list[FinqaRecord], path: str | Path) -> dict[str, Finqa
 def _as_official_prediction(tokens: list[str]) -> list[str]:
     # The official script drops the last token unconditionally; mark it as the EOF so that
     # execute_tokens (which drops only a literal trailing EOF) sees the same program.
-    return tokens[:-1] + [EOF] if tokens else []
+    return [*tokens[:-1], EOF] if tokens else []
 
 
 def evaluate_predictions(pred_path: str | Path, gold_path: str | Path) -> dict[str, Any]:

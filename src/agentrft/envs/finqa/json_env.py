@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentrft.envs.base import EnvLimits, Environment
+from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.finqa.dataset import FinqaRecord, load_finqa_json
 from agentrft.envs.finqa.env import LEVEL_LIMITS, SYSTEM_PROMPT
 from agentrft.envs.finqa.tools import Document, DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox

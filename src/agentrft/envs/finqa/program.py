@@ -122,8 +122,7 @@ def parse_steps(tokens: Sequence[str]) -> list[Step]:
         op_token, arg1, arg2, close = body[4 * k : 4 * k + 4]
         if not op_token.endswith("(") or op_token[:-1] not in ALL_OPS:
             raise ProgramError(
-                f"step {k}: {op_token!r} is not an operation; expected one of "
-                + ", ".join(op + "(" for op in ALL_OPS)
+                f"step {k}: {op_token!r} is not an operation; expected one of " + ", ".join(op + "(" for op in ALL_OPS)
             )
         if close != ")":
             raise ProgramError(f"step {k}: expected ')' after two arguments, got {close!r}")
@@ -355,7 +354,7 @@ def program_to_infix(program: str) -> str | None:
                 inner = exprs[int(raw[1:])]
                 args.append(inner if " " not in inner else f"({inner})")
             elif raw.startswith("const_"):
-                args.append("-1" if raw == "const_m1" else raw[len("const_"):])
+                args.append("-1" if raw == "const_m1" else raw[len("const_") :])
             else:
                 args.append(raw)
         exprs.append(f"{args[0]} {_INFIX_OPS[step.op]} {args[1]}")

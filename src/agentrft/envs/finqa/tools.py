@@ -150,7 +150,10 @@ class FinqaToolState:
         hits = self.index.search(query, k)
         if not hits:
             return f"No documents match {query!r}. Try the company name and the year."
-        lines = [f"{i}. doc_id={doc.doc_id} | {doc.company} | {doc.year or ''} | {snip}" for i, (doc, snip) in enumerate(hits, 1)]
+        lines = [
+            f"{i}. doc_id={doc.doc_id} | {doc.company} | {doc.year or ''} | {snip}"
+            for i, (doc, snip) in enumerate(hits, 1)
+        ]
         return "\n".join(lines)
 
     def open(self, doc_id: str, page: int = 1) -> str:
