@@ -98,6 +98,17 @@ def build_prompts() -> list[dict[str, Any]]:
     return out
 
 
+def _portable(cmd: list[str]) -> str:
+    """The command as printed into results files: paths relative to the repo, temp files and the cache
+    named by their role, not by this machine's absolute paths."""
+    home_cache = str(Path.home() / ".cache")
+    out = []
+    for part in cmd:
+        part = part.replace(str(ROOT) + "/", "").replace(home_cache, "~/.cache")
+        out.append(re.sub(r"^/tmp/(vs-trl-[a-z]+)-[^/]*\.json$", r"$TMPDIR/\1.json", part))
+    return " ".join(out)
+
+
 # ------------------------------------------------------------------ agentrft child
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentrft.envs.base import EnvLimits
@@ -105,7 +116,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentrft.samplers.policies import load_policy
     from agentrft.train.config import build_config
     from agentrft.train.loop import Components, train
-    from agentrft.types import Grade
+    from agentrft.graders import Grader, Sample, Score
 
     class BenchEnv(FinqaLiteEnv):
         """finqa-lite level 1, single turn, only the benchmark's tasks."""
@@ -118,13 +129,16 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     )
     sampler = load_policy("smollm2-135m", seed=0)
 
-    class Reward:
-        name = "calculator_reward"
+    class Reward(Grader):
+        """The same calculator reward TRL's side gets, on the sampled text."""
 
-        def grade(self, traj: Any, item: dict[str, Any]) -> Grade:
-            tok = traj.tokens
+        type = "calculator_reward"
+
+        def score(self, sample: Sample, item: dict[str, Any]) -> Score:
+            tok = sample.trajectory.tokens if sample.trajectory is not None else None
+            assert tok is not None
             text = sampler.decode([i for i, m in zip(tok.ids, tok.loss_mask, strict=True) if m])
-            return Grade(reward=calculator_reward(text, float(item["answer"])), grader=self.name)
+            return Score(calculator_reward(text, float(item["answer"])))
 
     cfg = build_config(
         {
@@ -153,7 +167,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         }
     )
     with tempfile.TemporaryDirectory(prefix="vs-trl-ours-") as run_dir:  # its checkpoints take ~2 GB
-        result = train(cfg, Path(run_dir), components=Components(env, sampler, Reward()))
+        result = train(cfg, Path(run_dir), components=Components(env, sampler, Reward("calculator_reward")))
     steps = [
         {
             "step_s": h["time/step_s"],
@@ -281,7 +295,7 @@ def _child(role: str, python: str, args: argparse.Namespace, finetune: str, extr
         str(out),
         *extra,
     ]
-    print(f"[{role} {finetune}] {' '.join(cmd)}", flush=True)
+    print(f"[{role} {finetune}] {_portable(cmd)}", flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
