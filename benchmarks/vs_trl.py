@@ -113,10 +113,10 @@ def _portable(cmd: list[str]) -> str:
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from agentrft.envs.base import EnvLimits
     from agentrft.envs.finqa.env import FinqaLiteEnv
+    from agentrft.graders import Grader, Sample, Score
     from agentrft.samplers.policies import load_policy
     from agentrft.train.config import build_config
     from agentrft.train.loop import Components, train
-    from agentrft.graders import Grader, Sample, Score
 
     class BenchEnv(FinqaLiteEnv):
         """finqa-lite level 1, single turn, only the benchmark's tasks."""

@@ -155,7 +155,7 @@ class _Token:
 
 
 def _operators(syntax: Syntax) -> tuple[str, ...]:
-    ops = ("**",) if syntax.double_star else ()  # before "*", so that "**" is one token
+    ops: tuple[str, ...] = ("**",) if syntax.double_star else ()  # before "*", so that "**" is one token
     ops += ("+", "-", "*", "/", "^", "(", ")")
     ops += ("%",) if syntax.percent else ()
     ops += (",",) if syntax.functions else ()

@@ -80,11 +80,11 @@ def grade_command(
             extra = f"  errors: {', '.join(flags)}" if flags else ""
             typer.echo(f"{k:>5}  reward {gr.reward:.4f}  {'pass' if gr.success else 'fail'}{extra}")
     if not as_json:
-        s = summarize_grades(grades)
-        if s["n"]:
+        summary = summarize_grades(grades)
+        if summary["n"]:
             typer.echo(
-                f"n={s['n']}  reward_mean={s['reward_mean']:.4f}  success_rate={s['success_rate']:.3f}  "
-                f"errors={s['error_count']}"
+                f"n={summary['n']}  reward_mean={summary['reward_mean']:.4f}  "
+                f"success_rate={summary['success_rate']:.3f}  errors={summary['error_count']}"
             )
 
 

@@ -32,6 +32,7 @@ def serve(
     except ImportError:
         typer.echo("error: serving needs the 'serve' extra: pip install 'agentrft[serve]'", err=True)
         raise typer.Exit(1) from None
+    from agentrft.samplers.base import is_token_sampler
     from agentrft.samplers.policies import PolicyError, load_policy
 
     try:
@@ -39,7 +40,7 @@ def serve(
     except (PolicyError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    if not (hasattr(sampler, "render") and hasattr(sampler, "sample")):
+    if not is_token_sampler(sampler):
         typer.echo(f"error: policy {policy!r} returns no token ids; serve needs an in-process policy", err=True)
         raise typer.Exit(1)
 

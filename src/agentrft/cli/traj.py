@@ -175,14 +175,17 @@ def import_cmd(
 ) -> None:
     """Import trajectories (all or nothing unless --skip-bad)."""
     fmt = _check_suffix(src)
-    if chat_logs and (fmt != "jsonl" or not run):
-        raise fail("--chat-logs reads a .jsonl file and needs --run NAME", code=2)
+    chat_run: str | None = None  # the run that chat logs go to (set exactly when --chat-logs)
+    if chat_logs:
+        if fmt != "jsonl" or not run:
+            raise fail("--chat-logs reads a .jsonl file and needs --run NAME", code=2)
+        chat_run = run
     with _errors():
         if not src.is_file():
             raise fail(f"{src}: no such file")
         with open_store(db, create=True) as store:
-            if chat_logs:
-                report = store.import_chat_logs(src, run_id=run, skip_bad=skip_bad)
+            if chat_run is not None:
+                report = store.import_chat_logs(src, run_id=chat_run, skip_bad=skip_bad)
             elif fmt == "jsonl":
                 report = store.import_jsonl(src, skip_bad=skip_bad, run_id=run)
             else:

@@ -119,8 +119,8 @@ def assess(
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         groups[t.task_id].append(t)
-    graded = [t for t in trajectories if t.grade is not None]
-    successes = sum(1 for t in graded if t.grade.success)  # type: ignore[union-attr]
+    graded = [t.grade for t in trajectories if t.grade is not None]
+    successes = sum(1 for g in graded if g.success)
     n = len(trajectories)
     counts = [(len(g), sum(1 for t in g if t.grade is not None and t.grade.success)) for g in groups.values()]
     at, _ = pass_curves(counts)
@@ -137,11 +137,11 @@ def assess(
     agree = sum(1 for t in to_regrade if _same(grade(t, task_map[t.task_id]), grade(t, task_map[t.task_id])))
     agreement = agree / len(to_regrade) if to_regrade else 1.0
 
-    rewards = [t.grade.reward for t in graded]  # type: ignore[union-attr]
+    rewards = [g.reward for g in graded]
     lo, hi = th.reward_range
     multi = [g for g in groups.values() if len(g) >= 2]
     flat = sum(1 for g in multi if len({(t.reward if t.grade else None) for t in g}) == 1)
-    error_rate = sum(1 for t in graded if t.grade.errors) / len(graded) if graded else 1.0  # type: ignore[union-attr]
+    error_rate = sum(1 for g in graded if g.errors) / len(graded) if graded else 1.0
 
     result = CheckResult(
         env=env,

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from agentrft.types import Message, Task, Trajectory
+from agentrft.types import Grade, Message, Task, Trajectory
 
 ExportFormat = Literal["rft", "sft", "dpo", "parquet"]
 EXPORT_FORMATS: tuple[str, ...] = ("rft", "sft", "dpo", "parquet")
@@ -105,31 +105,33 @@ def _tokens(t: Trajectory) -> int:
 
 def sft_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     """Best successful trajectory per task, full messages."""
-    best: dict[str, Trajectory] = {}
+    best: dict[str, tuple[Trajectory, Grade]] = {}
     for t in trajectories:
-        if t.grade is None or not t.grade.success:
+        grade = t.grade
+        if grade is None or not grade.success:
             continue
         cur = best.get(t.task_id)
-        if cur is None or (t.grade.reward, -_tokens(t)) > (cur.grade.reward, -_tokens(cur)):  # type: ignore[union-attr]
-            best[t.task_id] = t
+        if cur is None or (grade.reward, -_tokens(t)) > (cur[1].reward, -_tokens(cur[0])):
+            best[t.task_id] = (t, grade)
     return [
-        {"messages": _dump(t.messages), "task_id": t.task_id, "trajectory_id": t.id, "reward": t.grade.reward}
-        for t in best.values()
-    ]  # type: ignore[union-attr]
+        {"messages": _dump(t.messages), "task_id": t.task_id, "trajectory_id": t.id, "reward": grade.reward}
+        for t, grade in best.values()
+    ]
 
 
 def dpo_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     """Chosen / rejected pairs: highest vs lowest reward within each group, when they differ."""
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    # Each trajectory with its (present) grade, so that no reward is read from an Optional.
+    groups: dict[str, list[tuple[Trajectory, Grade]]] = defaultdict(list)
     for t in trajectories:
         if t.grade is not None:
-            groups[t.group_id or t.task_id].append(t)
+            groups[t.group_id or t.task_id].append((t, t.grade))
     rows = []
     for key, group in groups.items():
         # max/min keep the first of equal rewards, so the pair is stable under re-export
-        hi = max(group, key=lambda t: t.grade.reward)  # type: ignore[union-attr]
-        lo = min(group, key=lambda t: t.grade.reward)  # type: ignore[union-attr]
-        if hi.grade.reward == lo.grade.reward:  # type: ignore[union-attr]
+        hi, hi_grade = max(group, key=lambda pair: pair[1].reward)
+        lo, lo_grade = min(group, key=lambda pair: pair[1].reward)
+        if hi_grade.reward == lo_grade.reward:
             continue
         prompt, chosen = split_prompt(hi.messages)
         _, rejected = split_prompt(lo.messages)
@@ -142,10 +144,10 @@ def dpo_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
                 "group_id": key,
                 "chosen_id": hi.id,
                 "rejected_id": lo.id,
-                "chosen_reward": hi.grade.reward,
-                "rejected_reward": lo.grade.reward,
+                "chosen_reward": hi_grade.reward,
+                "rejected_reward": lo_grade.reward,
             }
-        )  # type: ignore[union-attr]
+        )
     return rows
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from agentrft.types import ToolCallEvent, Trajectory
@@ -92,7 +92,7 @@ def _num(arg: str) -> float | None:
         return None
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[[float, float], float]] = {
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
@@ -126,9 +126,10 @@ def gold_numbers(program: str) -> tuple[list[float], list[float]]:
                     operands.append(v)
                 values.append(v)
         fn = _BINARY.get(op)
+        x, y = (values[0], values[1]) if len(values) == 2 else (None, None)
         try:
-            if fn is not None and len(values) == 2 and None not in values:
-                results.append(float(fn(values[0], values[1])))  # type: ignore[arg-type]
+            if fn is not None and x is not None and y is not None:
+                results.append(float(fn(x, y)))
             else:
                 results.append(None)
         except (ZeroDivisionError, OverflowError):

@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
 
 from agentrft.types import Cost, Grade, GradeError, Message, Trajectory
 
@@ -227,7 +230,12 @@ class Grader:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def _fast_builder(cls: type[Any]) -> Any:
+_M = TypeVar("_M", bound=BaseModel)
+
+_Builder = Callable[[dict[str, Any]], _M]
+
+
+def _fast_builder(cls: type[_M]) -> tuple[_Builder[_M], _Builder[_M]]:
     """A constructor for pydantic models whose fields we build ourselves, correctly typed.
 
     Validation (and even `model_construct`, which walks every field) is the main
@@ -236,7 +244,7 @@ def _fast_builder(cls: type[Any]) -> Any:
     `model_construct` if pydantic's internals ever differ.
     """
 
-    def fast(d: dict[str, Any]) -> Any:
+    def fast(d: dict[str, Any]) -> _M:
         obj = cls.__new__(cls)
         object.__setattr__(obj, "__dict__", d)
         object.__setattr__(obj, "__pydantic_fields_set__", set(d))
@@ -244,13 +252,13 @@ def _fast_builder(cls: type[Any]) -> Any:
         object.__setattr__(obj, "__pydantic_private__", None)
         return obj
 
-    def slow(d: dict[str, Any]) -> Any:
+    def slow(d: dict[str, Any]) -> _M:
         return cls.model_construct(**d)
 
     return fast, slow
 
 
-def _select_builders() -> tuple[Any, Any]:
+def _select_builders() -> tuple[_Builder[Grade], _Builder[Cost]]:
     gf, gs = _fast_builder(Grade)
     cf, cs = _fast_builder(Cost)
     try:

@@ -128,7 +128,8 @@ class FunctionGrader(Grader):
     def __init__(
         self, fn: GradeFn, name: str | None = None, pass_threshold: float | None = None, max_reward: float = 1.0
     ) -> None:
-        super().__init__(name or getattr(fn, "__name__", "function"), pass_threshold, max_reward)
+        fn_name = getattr(fn, "__name__", None)  # a callable object or a partial has no __name__
+        super().__init__(name or (fn_name if isinstance(fn_name, str) else "function"), pass_threshold, max_reward)
         self.fn = fn
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:

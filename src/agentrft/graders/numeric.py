@@ -255,7 +255,8 @@ class FinqaProgramGrader(Grader):
         table = None
         if self.table is not None and self.table.single is not None:
             ns, path, _ = self.table.single
-            table = item.get(path[0]) if ns == "item" and len(path) == 1 else None
+            # `{{ item[0] }}` indexes nothing in a dict (as in `resolve`): only a name segment is a key
+            table = item.get(path[0]) if ns == "item" and len(path) == 1 and isinstance(path[0], str) else None
         text = self.input.render(sample, item)
         found = _PROGRAM.findall(text)
         if not found:

@@ -24,7 +24,7 @@ from typing import Any
 from agentrft.envs.base import Environment, Episode
 from agentrft.rollout.formats import ParseError, ToolFormat, make_format
 from agentrft.rollout.tito import DeltaRenderer, TemplateError, TokenLedger
-from agentrft.samplers.base import ChatSampler, SampleRequest, SamplingParams, TokenSampler
+from agentrft.samplers.base import ChatSampler, SampleRequest, SamplingParams, TokenSampler, is_token_sampler
 from agentrft.types import (
     FinalAnswerEvent,
     Message,
@@ -149,14 +149,14 @@ async def run_episode(
     traj.messages = prompt_messages(env, task, fmt)
     traj.n_prompt_messages = len(traj.messages)
     limits = env.limits
-    token_mode = hasattr(sampler, "sample") and hasattr(sampler, "render")
-    ledger = TokenLedger() if token_mode else None
+    ledger: TokenLedger | None = None
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s):
-            if token_mode:
+            if is_token_sampler(sampler):
+                ledger = TokenLedger()
                 await _token_loop(env, sampler, task, traj, fmt, params, ledger, group_key or group_id or None)
             else:
-                await _chat_loop(env, sampler, task, traj, fmt, params)  # type: ignore[arg-type]
+                await _chat_loop(env, sampler, task, traj, fmt, params)
     except EpisodeEnd as end:
         traj.status, traj.error = end.status, end.error  # type: ignore[assignment]
     except TimeoutError:

@@ -152,7 +152,7 @@ class Runner:
                 if not job.done():
                     job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
-        failures = [j.exception() for j in jobs if not j.cancelled() and j.exception() is not None]
+        failures = [exc for j in jobs if not j.cancelled() and (exc := j.exception()) is not None]
         if failures:
             raise failures[0]  # a bug in the loop itself (model and tool misbehaviour never raise)
         return [j.result() for j in jobs if not j.cancelled()]

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 FinishReason = Literal["stop", "length", "stop_string", "error"]
 
@@ -83,6 +86,15 @@ class TokenSampler(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+def is_token_sampler(sampler: object) -> TypeIs[TokenSampler]:
+    """Whether `sampler` speaks token ids (it has `render` and `sample`); if not, it is a chat sampler.
+
+    Duck-typed on the two methods the agent loop needs, as the callers always
+    were; `isinstance(sampler, TokenSampler)` would also demand the data members.
+    """
+    return hasattr(sampler, "render") and hasattr(sampler, "sample")
 
 
 @runtime_checkable

@@ -82,9 +82,9 @@ def _prefill(
             else:
                 like = next(kv for kv, _ in (bases[u] for u in chunk) if kv is not None)
                 past = [
-                    tuple(
-                        torch.cat([_left_pad_base(bases[u][0], like, layer, which, m_max) for u in chunk])
-                        for which in (0, 1)
+                    (
+                        torch.cat([_left_pad_base(bases[u][0], like, layer, 0, m_max) for u in chunk]),
+                        torch.cat([_left_pad_base(bases[u][0], like, layer, 1, m_max) for u in chunk]),
                     )
                     for layer in range(len(like))
                 ]

@@ -5,6 +5,7 @@ Shape legend: C cache rows, H kv heads, L positions, D head dim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,8 +24,11 @@ class RoomyLayer(DynamicLayer):
         self._bufs, self._n = (keys, values), n
         self._views()
 
-    def _views(self) -> None:
-        self.keys, self.values = (b[:, :, : self._n] for b in self._bufs)
+    def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Point keys / values at the first n positions of the buffers; returns them (never None here)."""
+        keys, values = (b[:, :, : self._n] for b in self._bufs)
+        self.keys, self.values = keys, values
+        return keys, values
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -35,8 +39,7 @@ class RoomyLayer(DynamicLayer):
         self._bufs[0][:, :, n : n + w] = key_states
         self._bufs[1][:, :, n : n + w] = value_states
         self._n = n + w
-        self._views()
-        return self.keys, self.values
+        return self._views()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._move(indices, self._bufs[0].shape[2])
@@ -53,7 +56,7 @@ class RoomyLayer(DynamicLayer):
         self._views()
 
 
-def cache_of(layers: list[DynamicLayer]) -> Any:
+def cache_of(layers: Sequence[DynamicLayer]) -> Any:
     """A `DynamicCache` over these layers."""
     from transformers import DynamicCache
 

@@ -106,7 +106,8 @@ def _load_smollm2() -> tuple[Any, Any]:
     # would make the saved checkpoint ask for the GGUF file again on load.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
+    # torch's stubs type Module.__setattr__ values as Tensor | Module; a plain attribute takes any value
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.name_or_path = "smollm2-135m"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=final.parent))
@@ -131,7 +132,7 @@ def tiny_model_and_tokenizer(seed: int = 0, hidden_size: int = 64, num_layers: i
         num_key_value_heads=2,
         max_position_embeddings=8192,
         tie_word_embeddings=False,
-        rope_theta=100000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,

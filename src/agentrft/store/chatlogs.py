@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from agentrft.types import EnvRef, FinalAnswerEvent, Message, ToolCallEvent, Trajectory
+from agentrft.types import EnvRef, Event, FinalAnswerEvent, Message, ToolCallEvent, Trajectory
 
 _MESSAGES = TypeAdapter(list[Message])
 
@@ -55,7 +55,7 @@ def chat_record_to_trajectory(record: Any, *, run_id: str) -> Trajectory:
         if msg.role == "tool" and msg.tool_call_id is not None:
             results[msg.tool_call_id] = msg.text()
 
-    events: list[ToolCallEvent | FinalAnswerEvent] = []
+    events: list[Event] = []
     turn = -1
     last_assistant: Message | None = None
     for msg in messages:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -264,7 +265,7 @@ def import_parquet(
         for batch in pfile.iter_batches(batch_size=1000, columns=["trajectory"]):
             for value in batch.column(0).to_pylist():
                 number += 1
-                yield number, lambda value=value: _load_parquet_value(value)
+                yield number, partial(_load_parquet_value, value)
 
     return _run_import(store, path, rows(), skip_bad=skip_bad, run_id=run_id, unit="row")
 

@@ -19,6 +19,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,6 +44,9 @@ from agentrft.train.progress import StepProgress
 from agentrft.train.stages import advantage_stage, collect_stage, pack_stage
 from agentrft.train.update import autocast_dtype, lr_lambda, make_optimizer, policy_update
 from agentrft.types import Run
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -75,7 +79,7 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
     return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME))
 
 
-def prepare_model(model: torch.nn.Module, pc: PolicyConfig) -> torch.nn.Module:
+def prepare_model(model: PreTrainedModel, pc: PolicyConfig) -> torch.nn.Module:
     """Full fine-tuning: the model itself. LoRA: peft injects adapters into the same module tree
     (so the sampler, holding the base model, samples through them) and only they train."""
     if pc.gradient_checkpointing:

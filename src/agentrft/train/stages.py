@@ -195,7 +195,13 @@ def advantage_stage(
     metrics.update(m)
     per_token: list[list[float]] = []
     if algo.turn_level:
-        missing = [t.id for t in trajs if t.grade is None or t.grade.turn_rewards is None]
+        turn_rewards: list[list[float]] = []
+        missing: list[str] = []
+        for t in trajs:
+            if t.grade is None or t.grade.turn_rewards is None:
+                missing.append(t.id)
+            else:
+                turn_rewards.append(t.grade.turn_rewards)
         if missing:
             raise ValueError(
                 f"algorithm.turn_level is on but trajectories {missing[:3]} have no grade.turn_rewards; "
@@ -203,8 +209,8 @@ def advantage_stage(
             )
         turn_adv, m = turn_level(
             adv,
-            [t.grade.turn_rewards for t in trajs],
-            [_num_turns(t) for t in trajs],  # type: ignore[union-attr,misc]
+            turn_rewards,
+            [_num_turns(t) for t in trajs],
             index,
             turn_weight=algo.turn_weight,
             eps=algo.adv_eps,

@@ -161,8 +161,8 @@ def policy_update(
             with _autocast(precision):
                 logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
             if epoch == 0:
-                s, m = _sampler_gap(logp, mb)
-                gap_sum, gap_max = gap_sum + s, max(gap_max, m)
+                mb_gap_sum, mb_gap_max = _sampler_gap(logp, mb)
+                gap_sum, gap_max = gap_sum + mb_gap_sum, max(gap_max, mb_gap_max)
             old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
             ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, dist) if algo.kl_coef > 0 else None
             per_token, m = clipped_pg_loss(

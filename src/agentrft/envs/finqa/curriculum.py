@@ -136,7 +136,13 @@ class FinqaLite:
         """A task on the company kept aside for worked examples (never in any split)."""
         rng = random.Random(f"finqa-lite:{self.seed}:example:{level}")
         other = self.split_companies["train"][0]
-        return self._make(level, TEMPLATES_BY_NAME[template], [self.example_company, other], rng, "example")
+        task = self._make(level, TEMPLATES_BY_NAME[template], [self.example_company, other], rng, "example")
+        if task is None:
+            raise RuntimeError(
+                f"finqa-lite (seed {self.seed}): no worked-example task for level {level}, template {template!r} "
+                "(a figure of the example would leak into its prompt)"
+            )
+        return task
 
     # ------------------------------------------------------------ generation
 

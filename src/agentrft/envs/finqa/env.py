@@ -91,7 +91,11 @@ class FinqaLiteEnv(Environment):
     ):
         self.levels = parse_levels(levels)
         self.seed = seed
-        self.data = FinqaLite(seed=seed, n_companies=n_companies, **({"counts": counts} if counts else {}))
+        self.data = (
+            FinqaLite(seed=seed, n_companies=n_companies, counts=counts)
+            if counts
+            else FinqaLite(seed=seed, n_companies=n_companies)
+        )
         self._explicit_limits = limits is not None
         self.limits = limits or merged_limits(self.levels)
         self.index = DocumentIndex(self.data.documents(), page_chars=page_chars)
