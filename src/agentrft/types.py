@@ -324,6 +324,9 @@ class Trajectory(_Model):
 RunKind = Literal["eval", "train", "serve", "import", "demo", "check", "other"]
 
 
+RunStatus = Literal["incomplete", "complete"]
+
+
 class Run(_Model):
     id: str = Field(default_factory=new_id)
     name: str = ""
@@ -331,3 +334,8 @@ class Run(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    status: RunStatus = Field(
+        default="complete",
+        description="incomplete from the start of a long run until it finishes: a run killed midway stays "
+        "incomplete, and reports and exports say so instead of counting it as a result",
+    )

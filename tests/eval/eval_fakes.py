@@ -8,6 +8,7 @@ import types
 from typing import Any
 
 from agentrft.graders import Grader, Sample, Score
+from agentrft.samplers.base import SamplingParams
 from agentrft.types import (
     Cost,
     EnvRef,
@@ -129,6 +130,10 @@ class FakeStore:
         self.runs[run.id] = run
         return run.id
 
+    def update_run(self, run: Run) -> None:
+        assert run.id in self.runs
+        self.runs[run.id] = run
+
     def get_run(self, run_id: str) -> Run:
         return self.runs[run_id]
 
@@ -215,6 +220,7 @@ def install_fake_runner(monkeypatch: Any) -> None:
             progress: bool = True,
         ) -> None:
             self.env, self.sampler, self.store = env, sampler, store
+            self.params = params or SamplingParams()
 
         async def run(self, tasks: list[Task], samples_per_task: int, *, run_id: str) -> list[Trajectory]:
             out = []

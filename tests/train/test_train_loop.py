@@ -11,7 +11,7 @@ from pathlib import Path
 import fakes_train as F
 import pytest
 
-from agentrft.train import train
+from agentrft.train import ConfigError, train
 from agentrft.train.checkpoint import list_checkpoints
 from agentrft.train.metrics import is_timing_key, read_metrics
 
@@ -22,8 +22,35 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
 
 
-def _run(run_dir, resume=False, stop_after=None, **over):
-    return train(F.config(**over), run_dir, resume=resume, components=F.components(run_dir), stop_after=stop_after)
+def _run(run_dir, resume=False, stop_after=None, allow_config_change=False, **over):
+    return train(
+        F.config(**over),
+        run_dir,
+        resume=resume,
+        components=F.components(run_dir),
+        stop_after=stop_after,
+        allow_config_change=allow_config_change,
+    )
+
+
+def _store_state(run_dir):
+    """What exports, evals and reports would count: the training run's trajectories (task, weights version,
+    reward), its logged steps, its status, and the eval runs."""
+    from agentrft.store import Store
+
+    with Store(run_dir / "agentrft.db") as s:
+        train_run = next(r for r in s.list_runs() if r.kind == "train")
+        trajs = s.query_trajectories(run_id=train_run.id)
+        return {
+            "trajectories": sorted((t.task_id, t.policy_version, round(t.reward or 0.0, 9)) for t in trajs),
+            "steps": [m["step"] for m in s.get_metrics(train_run.id)],
+            "status": train_run.status,
+            "evals": sorted(
+                (r.name.rsplit("-eval-", 1)[-1], r.status, s.count_trajectories(run_id=r.id))
+                for r in s.list_runs()
+                if r.kind == "eval"
+            ),
+        }
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +157,59 @@ def test_stop_and_resume_equals_uninterrupted(reference, tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
     with pytest.raises(FileExistsError):
         _run(tmp_path)
+    from agentrft.store import Store
+
+    with Store(tmp_path / "agentrft.db") as s:
+        assert next(r for r in s.list_runs() if r.kind == "train").status == "incomplete"  # stopped midway
+    with pytest.raises(ConfigError, match=r"--resume with a changed config \(optimizer.lr: 0.01 -> 0.02\)"):
+        _run(tmp_path, resume=True, **{"optimizer.lr": 0.02})
     _run(tmp_path, resume=True)
     assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
+    assert _store_state(tmp_path) == _store_state(ref_dir)
+    with Store(tmp_path / "agentrft.db") as s:
+        resumes = next(r for r in s.list_runs() if r.kind == "train").metadata["resumes"]
+    assert [(n["from_step"], n["removed_trajectories"]) for n in resumes] == [(2, 0)]
+
+
+class _Interrupt(F.FakeGrader):
+    """Grades normally, then the process is interrupted (Ctrl-C) in the middle of its N-th grade."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def score(self, sample, item):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return super().score(sample, item)
+
+
+@pytest.mark.parametrize("at", [14, 16])  # during step 2's periodic eval; during step 3's grading
+def test_an_interrupted_step_leaves_nothing_counted_after_resume(reference, tmp_path, at):
+    from agentrft.store import Store
+
+    ref_dir, _ = reference
+    comps = F.components(tmp_path)
+    comps.grader = _Interrupt(at)
+    with pytest.raises(KeyboardInterrupt):
+        train(F.config(), tmp_path, components=comps)
+    with Store(tmp_path / "agentrft.db") as s:
+        runs = s.list_runs()
+        assert [r.status for r in runs if r.kind == "train"] == ["incomplete"]
+        if at == 14:  # the eval run killed midway is there, and marked incomplete
+            assert [r.status for r in runs if r.kind == "eval"] == ["incomplete"]
+        orphans = s.count_trajectories(run_id=next(r.id for r in runs if r.kind == "train"))
+    assert orphans > 6 * (1 if at == 14 else 2)  # episodes of the step that never finished are in the store
+    _run(tmp_path, resume=True)
+    assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
+    assert _store_state(tmp_path) == _store_state(ref_dir)
+
+
+def test_a_changed_config_resumes_only_when_allowed(tmp_path):
+    _run(tmp_path, stop_after=1, steps=2, **{"eval.every_steps": 0})
+    res = _run(tmp_path, resume=True, allow_config_change=True, steps=3, **{"eval.every_steps": 0})
+    assert res.steps == 3 and [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
 
 
 def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
@@ -148,10 +226,16 @@ def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
+    # the kill may have torn the last metrics line: resume repairs it rather than failing
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 3, "loss": 0.1')
     _run(tmp_path, resume=True)
     assert _strip(read_metrics(tmp_path)) == _strip(read_metrics(ref_dir))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4]
+    # the interrupted step's trajectories and eval runs are gone: the store equals the uninterrupted one's
+    assert _store_state(tmp_path) == _store_state(ref_dir)
+    assert _store_state(ref_dir)["status"] == "complete" and len(_store_state(ref_dir)["trajectories"]) == 24
 
 
 def test_lora_run_trains_only_the_adapter_and_resumes(tmp_path):

@@ -54,6 +54,7 @@ def rollout(
     run = Run(
         name=f"rollout {env_spec} {policy}",
         kind="other",
+        status="incomplete",  # until every episode is in: a rollout killed midway says so
         config={
             "env": env_spec,
             "policy": policy,
@@ -82,6 +83,8 @@ def rollout(
     )
     try:
         runner.run_sync(tasks, samples, run_id=run.id)
+        if store is not None:
+            store.update_run(run.model_copy(update={"status": "complete"}))
     finally:
         if store is not None:
             store.close()

@@ -13,6 +13,11 @@ def train_cmd(
     config: str = typer.Argument(..., help="YAML/TOML config file, or a preset name (demo, demo-quick)."),
     set_: list[str] = typer.Option([], "--set", help="Override one option, e.g. --set optimizer.lr=1e-5 (repeatable)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the run dir's latest checkpoint."),
+    allow_config_change: bool = typer.Option(
+        False,
+        "--allow-config-change",
+        help="With --resume: continue even though the config differs from the saved one.",
+    ),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
 ) -> None:
@@ -30,7 +35,10 @@ def train_cmd(
             raise typer.Exit(2)
         run_dir = Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = train(cfg, run_dir, resume=resume, progress=not as_json)
+        result = train(cfg, run_dir, resume=resume, progress=not as_json, allow_config_change=allow_config_change)
+    except ConfigError as err:  # e.g. --resume with a changed config: bad input, nothing was run
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     except (FileExistsError, ValueError, KeyError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrft.eval.failures import FAILURE_CATEGORIES, classify_failure
 from agentrft.eval.metrics import bootstrap_ci, pass_curves
 from agentrft.samplers.base import TrainablePolicy
-from agentrft.types import GradeError, ModelCallEvent, Run, Task, Trajectory, new_id
+from agentrft.types import GradeError, ModelCallEvent, Run, Task, Trajectory
 
 
 class _Model(BaseModel):
@@ -359,34 +359,34 @@ async def evaluate_async(
         grader = load_grader(env.grader_spec())
     if prices is None and isinstance(sampler, TrainablePolicy):  # weights in this process: priced as compute
         prices = Prices(compute_per_hour=LOCAL_COMPUTE_USD_PER_HOUR)
-    run_id = new_id()
     runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
-    params = getattr(runner, "params", params)
-    trajs = await runner.run(chosen, samples, run_id=run_id)
-    result = summarize(
-        trajs, chosen, prices=prices, run_id=run_id, run_name=run_name, env=env_spec or env.name, split=split, seed=seed
-    )
+    params = runner.params
     config = {
         "env": env_spec or env.name,
         "split": split,
         "samples": samples,
         "tasks": tasks,
         "policy": getattr(sampler, "policy", None),
-        "params": None if params is None else params.model_dump(),
+        "params": params.model_dump(),
         "tool_format": tool_format,
         "prices": None if prices is None else prices.model_dump(),
     }
-    store.add_run(
-        Run(
-            id=run_id,
-            name=run_name,
-            kind="eval",
-            config=config,
-            metadata={
-                "result": result.model_dump(mode="json"),
-                # kept so exports and reports can recover grading data without rebuilding the env
-                "task_data": {t.id: t.data for t in chosen},
-            },
+    # kept so exports and reports can recover grading data without rebuilding the env
+    run = Run(
+        name=run_name,
+        kind="eval",
+        config=config,
+        status="incomplete",
+        metadata={"task_data": {t.id: t.data for t in chosen}},
+    )
+    store.add_run(run)  # first, so an eval killed midway is a visible, incomplete run
+    trajs = await runner.run(chosen, samples, run_id=run.id)
+    result = summarize(
+        trajs, chosen, prices=prices, run_id=run.id, run_name=run_name, env=env_spec or env.name, split=split, seed=seed
+    )
+    store.update_run(
+        run.model_copy(
+            update={"status": "complete", "metadata": {**run.metadata, "result": result.model_dump(mode="json")}}
         )
     )
     return result

@@ -30,6 +30,7 @@ from agentrft.eval.charts import bar_chart, line_chart
 from agentrft.eval.failures import classify_failure
 from agentrft.eval.harness import EvalResult, result_from_run, summarize
 from agentrft.eval.metrics import paired_test
+from agentrft.step_metrics import read_step_metrics
 from agentrft.store import RUN_STORE_NAME
 from agentrft.types import Run, Trajectory
 
@@ -42,14 +43,8 @@ _MAX_CHARS = 20_000
 
 
 def read_metrics_jsonl(path: Path) -> list[dict[str, Any]]:
-    from agentrft.jsonl import read_objects
-
-    rows = []
-    for lineno, row in read_objects(path):
-        if not isinstance(row.get("step"), int | float):
-            raise ValueError(f"{path}:{lineno}: a metrics line needs a numeric 'step'")
-        rows.append(row)
-    return rows
+    """Step metrics from ``path``; a last line torn by an interrupted run is left out (see `step_metrics`)."""
+    return read_step_metrics(path)[0]
 
 
 def _step_metrics(store: Any, runs: Sequence[Run], run_dir: Path) -> list[dict[str, Any]]:
@@ -298,7 +293,8 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     store = Store(db)
     try:
         runs = store.list_runs()
-        evals = [r for r in runs if r.kind == "eval"]
+        evals = [r for r in runs if r.kind == "eval" and r.status == "complete"]
+        unfinished = [r.name or r.id for r in runs if r.status == "incomplete"]
         before, after = pick_before_after(evals)
         chosen = [r for r in (before, after) if r is not None]
         results, browse = [], []
@@ -331,6 +327,8 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     subtitle = f"{escape(str(run_dir))} · {len(runs)} runs · " + (
         " vs ".join(escape(n) for n, _ in results) if results else "no eval run"
     )
+    if unfinished:  # killed midway (or still running): shown, never counted as results
+        subtitle += " · incomplete: " + ", ".join(escape(n) for n in unfinished)
     template = resources.files("agentrft.eval").joinpath("report_template.html").read_text(encoding="utf-8")
     values = {
         "TITLE": escape(f"agentrft report — {run_dir.name}"),

@@ -222,6 +222,35 @@ class Store:
             _insert_run(conn, run)
         return run.id
 
+    def update_run(self, run: Run) -> None:
+        """Replace a stored run's record (status, metadata, ...); the id must exist."""
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE runs SET name = ?, kind = ?, data = ? WHERE id = ?",
+                (run.name, run.kind, run.model_dump_json(), run.id),
+            )
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no run with id {run.id!r} in {self.path}")
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run with its trajectories and step metrics; returns the trajectories removed."""
+        with self._write() as conn:
+            n = conn.execute("DELETE FROM trajectories WHERE run_id = ?", (run_id,)).rowcount
+            conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return int(n)
+
+    def rewind_run(self, run_id: str, *, policy_version: int, step: int) -> int:
+        """Forget what a run recorded after a checkpoint: its trajectories sampled by weights of
+        `policy_version` or later and its step metrics after `step`. A resumed training run redoes
+        those steps, so they would otherwise be counted twice. Returns the trajectories removed."""
+        with self._write() as conn:
+            n = conn.execute(
+                "DELETE FROM trajectories WHERE run_id = ? AND policy_version >= ?", (run_id, int(policy_version))
+            ).rowcount
+            conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, int(step)))
+        return int(n)
+
     def get_run(self, run_id: str) -> Run:
         row = self._conn().execute("SELECT data FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:

@@ -41,9 +41,9 @@ from agentrft.train.config import PolicyConfig, TrainConfig
 from agentrft.train.memory import peak_rss_mib, trim
 from agentrft.train.metrics import MetricsLogger, eval_metrics
 from agentrft.train.progress import StepProgress
+from agentrft.train.resume import check_resumed_config, close_run, open_run
 from agentrft.train.stages import advantage_stage, collect_stage, pack_stage
 from agentrft.train.update import autocast_dtype, lr_lambda, make_optimizer, policy_update
-from agentrft.types import Run
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -135,14 +135,18 @@ def train(
     components: Components | None = None,
     stop_after: int | None = None,
     progress: bool = False,
+    allow_config_change: bool = False,
 ) -> TrainResult:
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
-    would). ``progress``: a live bar on a terminal, else one line per step on stderr."""
+    would). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
+    ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`)."""
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     last = latest_checkpoint(ckpt_root) if resume else None
     if not resume and latest_checkpoint(ckpt_root) is not None:
         raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True (--resume) or a new run dir")
+    if resume:
+        check_resumed_config(cfg, run_dir, allow_changed=allow_config_change)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -168,14 +172,12 @@ def train(
         policy.weights_updated(state.policy_version)
     run_id = state.extra.get("run_id") or f"train-{run_dir.name}"
     state.extra["run_id"] = run_id
-    if comps.store is not None and not comps.store.has_run(run_id):
-        comps.store.add_run(Run(id=run_id, name=run_dir.name, kind="train", config=cfg.model_dump(mode="json")))
+    if comps.store is not None:
+        open_run(
+            comps.store, run_id, run_dir, cfg, resumed=resume, step=state.step, policy_version=state.policy_version
+        )
     logger = MetricsLogger(
-        run_dir,
-        cfg.logging,
-        store=comps.store,
-        run_id=run_id,
-        resume_from_step=state.step if last is not None else None,
+        run_dir, cfg.logging, store=comps.store, run_id=run_id, resume_from_step=state.step if resume else None
     )
     precision = autocast_dtype(cfg.policy.precision)
     dist = cfg.sampling_distribution()
@@ -252,6 +254,8 @@ def train(
                     break
         if state.step >= cfg.steps:
             export_policy(model, policy.tokenizer, run_dir / "policy")
+            if comps.store is not None:
+                close_run(comps.store, run_id)
     finally:
         logger.close()
     return TrainResult(run_dir=run_dir, run_id=run_id, steps=state.step, history=history, checkpoint=saved)

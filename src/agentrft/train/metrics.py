@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.eval.harness import EvalResult
+from agentrft.step_metrics import read_step_metrics
 from agentrft.train.config import LoggingConfig
 from agentrft.types import Trajectory
 
@@ -99,13 +100,11 @@ class MetricsLogger:
         self.path = run_dir / "metrics.jsonl"
         self.store, self.run_id = store, run_id
         if resume_from_step is not None and self.path.exists():
-            # Steps logged after the checkpoint we resume from will be redone: drop them.
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= resume_from_step
-            ]
-            self.path.write_text("".join(k + "\n" for k in kept))
+            # Steps logged after the checkpoint we resume from will be redone: drop them (and a line
+            # torn by the interruption), and write back what is kept.
+            rows, _ = read_step_metrics(self.path)
+            kept = [r for r in rows if r["step"] <= resume_from_step]
+            self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self._tb: Any = None
         self._wandb: Any = None
         self._mlflow: Any = None
@@ -152,5 +151,6 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The step metrics of ``run_dir`` (a torn last line, from an interruption, is left out)."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_step_metrics(path)[0] if path.exists() else []
