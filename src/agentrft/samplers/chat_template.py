@@ -30,3 +30,22 @@ def render_chat(
     )
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return [int(i) for i in ids]
+
+
+class RendersWithTokenizer:
+    """`render` and `decode` of a token sampler that holds a Hugging Face ``tokenizer``."""
+
+    tokenizer: Any
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Token ids of the conversation through the tokenizer's chat template."""
+        return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids`, special tokens included (the exact inverse view of `render`)."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from agentrft.samplers.base import SampleRequest
-from agentrft.samplers.chat_template import render_chat, template_supports_tools
+from agentrft.samplers.chat_template import RendersWithTokenizer, template_supports_tools
 from agentrft.samplers.hf_decode import DecodeSpec
 from agentrft.samplers.seeding import RequestSeeds
 
 
-class InProcessPolicy:
+class InProcessPolicy(RendersWithTokenizer):
     """Base of in-process samplers over a Hugging Face causal LM and its tokenizer."""
 
     def __init__(
@@ -47,19 +47,6 @@ class InProcessPolicy:
         self._vocab = int(model.get_input_embeddings().weight.shape[0])
         self.template_supports_tools = template_supports_tools(tokenizer)
         self._seeds = RequestSeeds()
-
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> list[int]:
-        """Token ids of the conversation through the tokenizer's chat template."""
-        return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
-
-    def decode(self, ids: list[int]) -> str:
-        """Text of `ids`, special tokens included (the exact inverse view of `render`)."""
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def reseed(self, seed: int) -> None:
         """Make unseeded sampling reproducible from here on (the trainer calls this per step)."""

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from agentrft.samplers.base import FinishReason, SampleRequest, SampleResult
-from agentrft.samplers.chat_template import render_chat
+from agentrft.samplers.chat_template import RendersWithTokenizer
 
 try:  # vLLM pulls CUDA wheels; it is an optional extra
     import vllm
@@ -45,7 +45,7 @@ def require_vllm() -> Any:
     return vllm
 
 
-class VLLMSampler:
+class VLLMSampler(RendersWithTokenizer):
     """`TokenSampler` over vLLM's async engine."""
 
     def __init__(self, model: str, *, policy_version: int = 0, **engine_kwargs: Any) -> None:
@@ -61,17 +61,6 @@ class VLLMSampler:
         self._ids = itertools.count()
         eos = self.tokenizer.eos_token_id
         self._eos = {eos} if eos is not None else set()
-
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> list[int]:
-        return render_chat(self.tokenizer, messages, tools, add_generation_prompt)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         v = require_vllm()
