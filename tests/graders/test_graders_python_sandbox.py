@@ -215,7 +215,7 @@ def test_stdlib_imports_work_after_privilege_drop() -> None:
         "def grade(s, i):\n    import difflib\n"
         "    return statistics.mean([0.25, 0.75]) + float(Fraction(1, 4)) + difflib.SequenceMatcher(None, 'a', 'a').ratio()\n"
     )
-    grade = load_grader(py(src)).grade("x", {})
+    grade = load_grader(py(src, range=[0, 2])).grade("x", {})  # 1.75 is outside the default range [0, 1]
     assert grade.errors == [] and grade.reward == pytest.approx(1.75)
 
 
@@ -232,3 +232,25 @@ def test_readonly_paths_are_readable_not_writable(tmp_path) -> None:
     r = run_sandboxed(src, {"s": {}, "i": {}}, timeout_s=5, readonly_paths=[data])
     assert r.ok and r.value == (0.5 if os.geteuid() == 0 else r.value)
     assert data.read_text() == '{"q1": 0.5}'
+
+
+@pytest.mark.parametrize(
+    "ret", ["1e308", "float('inf')", "-float('inf')", "float('nan')", "10**400", "10**20", "1.5", "-0.5"]
+)
+def test_rewards_outside_the_declared_range_are_errors(ret: str) -> None:
+    grade = load_grader(py(f"def grade(s, i):\n    return {ret}\n")).grade("x", {})
+    assert grade.reward == 0.0 and not grade.success and grade.error_flags == ["python_grader_runtime_error"]
+    assert "declared range [0, 1]" in grade.errors[0].message
+
+
+def test_declared_range_widens_and_is_validated() -> None:
+    from agentrft.graders import GraderSpecError
+
+    low = load_grader(py("def grade(s, i):\n    return -0.5\n", range=[-1, 1])).grade("x", {})
+    assert low.reward == -0.5 and low.errors == [] and not low.success
+    top = load_grader(py("def grade(s, i):\n    return 2\n", range=[0, 2])).grade("x", {})
+    assert top.reward == 2.0 and top.errors == [] and top.success  # success at the top of the declared range
+    assert load_grader(py("def grade(s, i):\n    return 1\n")).grade("x", {}).success  # an int is a number
+    for bad in ([1, 0], [0, float("inf")]):
+        with pytest.raises(GraderSpecError, match="^range: must be"):
+            load_grader(py("def grade(s, i):\n    return 0\n", range=bad))

@@ -9,10 +9,17 @@ editing files later — by the grader itself or by a policy's tool — cannot
 change what runs. Only the returned value counts; stdout is kept for
 diagnostics and never parsed.
 
+Declared range *(choice)*: OpenAI's graders guide says a grade is in the range
+0 to 1 and the python grader has no range field, so the default is `[0, 1]`;
+`range: [low, high]` (an agentrft extension, as on `score_model`) widens it, and
+its top is the grader's maximum reward (the default `pass_threshold`). Unlike
+`score_model`, a value outside the range is not clamped: it is an error.
+
 Flags (reward 0 with the flag):
 - `python_grader_runtime_error`: the code raised (including MemoryError past the
   memory limit, PermissionError writing protected files), or returned a
-  non-number (bool, str, NaN, inf), or no `grade` function.
+  non-number (bool, str), a non-finite number, a number outside the declared
+  range (1e308, 10**400, 1.5 by default), or there is no `grade` function.
 - `unresponsive_reward_error`: wall-clock timeout or CPU limit (process group killed).
 - `python_grader_server_error`: the sandbox itself failed (could not start,
   died by a signal without a result, or a corrupt result channel).
@@ -51,6 +58,7 @@ class PythonSpec(SpecBase):
     memory_bytes: int = Field(default=2 * 1024**3, gt=0)
     file_size_bytes: int = Field(default=1024**3, ge=0)
     max_procs: int = Field(default=32, ge=1)
+    range: tuple[float, float] = (0.0, 1.0)
 
 
 @register_grader("python")
@@ -59,8 +67,11 @@ class PythonGrader(Grader):
     is_async = True  # a subprocess per call: run in a thread so many can be in flight
 
     def __init__(self, name: str, source: str, spec: PythonSpec, where: str = "") -> None:
-        super().__init__(name, spec.pass_threshold)
+        lo, hi = spec.range
         pre = f"{where}." if where else ""
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise GraderSpecError(f"{pre}range", "must be [low, high], finite numbers with low < high")
+        super().__init__(name, spec.pass_threshold, max_reward=hi)
         try:
             compile(source, "<python grader>", "exec")
         except SyntaxError as e:
@@ -109,7 +120,19 @@ class PythonGrader(Grader):
         if not res.ok:
             flag = _FLAGS.get(res.error_flag or "", "python_grader_server_error")
             raise GraderFailure(flag, f"{res.error_flag}: {res.error}")
-        v = res.value
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise GraderFailure("python_grader_runtime_error", f"grade() returned {v!r}, expected a finite float")
-        return Score(float(v), metadata=meta)
+        return Score(self._checked(res.value), metadata=meta)
+
+    def _checked(self, v: Any) -> float:
+        """The reward, or `python_grader_runtime_error` when it is not a number in the declared range."""
+        lo, hi = self.spec.range
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            shown = repr(v)[:80]
+        elif (isinstance(v, int) or math.isfinite(v)) and lo <= v <= hi:  # int vs float compares exactly
+            return float(v)
+        else:
+            shown = repr(v) if len(repr(v)) <= 40 else f"an int of {len(str(abs(v)))} digits"
+        raise GraderFailure(
+            "python_grader_runtime_error",
+            f"grade() returned {shown}; expected a finite number in the declared range [{lo:g}, {hi:g}]"
+            " (widen it with the spec's `range`)",
+        )
