@@ -1,13 +1,21 @@
 """`python` grader: `source` defining `grade(sample, item) -> float`, run in `agentrft.tools.sandbox`.
 
-Each call is a fresh fenced interpreter (no network, 2 min, 2 GB address
-space, 1 GB files by default — configurable) that receives
+Each call is a fresh interpreter in its own namespaces (no network, no host
+files or processes; 2 min, 2 GB address space, 1 GB written in all by
+default — configurable; see `tools/sandbox.py`) that receives
 `grade(sample_dict, item)`; `sample_dict` has output_text, output_json,
 output_tools, choices (and trajectory when grading one). The source is read
 once at load time (from `source`, or `source_path`, relative to the spec file's directory), so
 editing files later — by the grader itself or by a policy's tool — cannot
 change what runs. Only the returned value counts; stdout is kept for
 diagnostics and never parsed.
+
+Isolation: `sandbox: auto` (default) uses bubblewrap, else util-linux
+`unshare`; if neither works here the spec is refused at load time
+(`GraderSpecError` on `sandbox`, naming the fix). `sandbox: "none"` runs the
+code without isolation (rlimits only) and must be asked for explicitly. What
+was in force is in every grade's `metadata["isolation"]` and in
+`last_isolation`.
 
 Declared range *(choice)*: OpenAI's graders guide says a grade is in the range
 0 to 1 and the python grader has no range field, so the default is `[0, 1]`;
@@ -17,12 +25,12 @@ its top is the grader's maximum reward (the default `pass_threshold`). Unlike
 
 Flags (reward 0 with the flag):
 - `python_grader_runtime_error`: the code raised (including MemoryError past the
-  memory limit, PermissionError writing protected files), or returned a
+  memory limit, OSError writing outside /tmp), or returned a
   non-number (bool, str), a non-finite number, a number outside the declared
   range (1e308, 10**400, 1.5 by default), or there is no `grade` function.
-- `unresponsive_reward_error`: wall-clock timeout or CPU limit (process group killed).
-- `python_grader_server_error`: the sandbox itself failed (could not start,
-  died by a signal without a result, or a corrupt result channel).
+- `unresponsive_reward_error`: wall-clock timeout or CPU limit (the sandbox is killed).
+- `python_grader_server_error`: the sandbox itself failed (could not be set
+  up, died by a signal without a result, or a corrupt result channel).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from pydantic import Field
 
 from agentrft.graders.base import Grader, GraderFailure, GraderSpecError, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
-from agentrft.tools.sandbox import SandboxResult, run_sandboxed
+from agentrft.tools.sandbox import SandboxResult, SandboxUnavailable, resolve_backend, run_sandboxed
 
 _FLAGS = {
     "exception": "python_grader_runtime_error",
@@ -46,6 +54,7 @@ _FLAGS = {
     "killed": "python_grader_server_error",
     "protocol": "python_grader_server_error",
     "start_failed": "python_grader_server_error",
+    "unavailable": "python_grader_server_error",
 }
 
 
@@ -58,6 +67,8 @@ class PythonSpec(SpecBase):
     memory_bytes: int = Field(default=2 * 1024**3, gt=0)
     file_size_bytes: int = Field(default=1024**3, ge=0)
     max_procs: int = Field(default=32, ge=1)
+    disk_bytes: int = Field(default=1024**3, gt=0)  # everything written (files anywhere, /dev/shm) together
+    sandbox: Literal["auto", "bwrap", "unshare", "none"] = "auto"  # "none" only if you accept no isolation
     range: tuple[float, float] = (0.0, 1.0)
 
 
@@ -94,6 +105,10 @@ class PythonGrader(Grader):
                 source = path.read_text(encoding="utf-8")
             except OSError as e:
                 raise GraderSpecError(f"{pre}source_path", f"cannot read: {e.strerror or e}") from None
+        try:  # refuse at load time, not with every grade, when the code cannot be isolated here
+            resolve_backend(spec.sandbox)
+        except SandboxUnavailable as e:
+            raise GraderSpecError(f"{pre}sandbox", str(e)) from None
         return cls(spec.name or "python", source, spec, where)
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
@@ -111,7 +126,9 @@ class PythonGrader(Grader):
             timeout_s=s.timeout_s,
             memory_bytes=s.memory_bytes,
             file_size_bytes=s.file_size_bytes,
+            disk_bytes=s.disk_bytes,
             max_procs=s.max_procs,
+            sandbox=s.sandbox,
         )
 
     def _finish(self, res: SandboxResult) -> Score:

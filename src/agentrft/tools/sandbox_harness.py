@@ -1,0 +1,272 @@
+"""The in-sandbox half of `agentrft.tools.sandbox`: a stdlib-only script run as `python -I -B harness.py FD CONFIG`.
+
+It is copied next to the code for every call and runs before any of that code,
+in this order:
+
+1. read the payload (stdin) and the config (a JSON file written by the host);
+2. `unshare` backend only: build the private root (bubblewrap does this itself)
+   — a small read-only tmpfs holding read-only binds of /usr, the interpreter
+   and its environment, the code directory at /sandbox, five device nodes, a
+   fresh /proc of the new PID namespace and a size-capped tmpfs at /tmp
+   (/dev/shm links into it, so shared memory counts against the same cap) —
+   then chroot into it and fork: this process stays PID 1 of the namespace,
+   and when it exits the kernel kills everything left in it;
+3. rlimits (CPU, address space, file size, processes, no core files);
+4. privileges: as root, become nobody; then enter a new user namespace whose
+   limit on further user namespaces is 0 (so the code cannot mount a fresh,
+   uncapped tmpfs of its own) and drop every capability, with no_new_privs;
+5. report the isolation as observed from inside (PID, network interfaces,
+   mounts, uid, capabilities) on the result pipe, run the code, report the
+   result: one JSON line per frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import sys
+from typing import Any
+
+NOBODY = 65534
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_NOATIME, MS_NODIRATIME, MS_STRICTATIME = 1024, 2048, 1 << 24
+ST_NOEXEC, ST_NOATIME, ST_NODIRATIME, ST_RELATIME = 8, 1024, 2048, 4096
+CLONE_NEWUSER = 0x10000000
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 38, 47, 4
+DEVICES = ("null", "zero", "full", "random", "urandom")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    """The sandbox could not be built; reported as a `setup` result, before any user code ran."""
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if s is None else s.encode() for s in (src, dst, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {src or fstype} on {dst}")
+
+
+def _kept_flags(src: str) -> int:
+    # Inside a user namespace a remount must keep the flags the host mount locked (noexec, atime mode).
+    f = os.statvfs(src).f_flag
+    flags = MS_NOEXEC if f & ST_NOEXEC else 0
+    flags |= MS_NOATIME if f & ST_NOATIME else 0
+    flags |= MS_NODIRATIME if f & ST_NODIRATIME else 0
+    return flags | (0 if f & (ST_RELATIME | ST_NOATIME) else MS_STRICTATIME)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def build_private_root(root: dict[str, Any]) -> None:
+    """Mount the sandbox's file tree under root["dir"] and chroot into it (needs CAP_SYS_ADMIN in the mount ns)."""
+    new = root["dir"]
+    os.umask(0o022)
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for src, dst in root["ro_binds"]:
+        target = new + dst
+        if os.path.isdir(src):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            _write(target, "")
+        _mount(src, target, None, MS_BIND)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | _kept_flags(src))
+    os.makedirs(new + "/dev", exist_ok=True)
+    for name in DEVICES:
+        _write(f"{new}/dev/{name}", "")
+        _mount(f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND)
+    os.makedirs(new + "/proc", exist_ok=True)
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(new + "/tmp", exist_ok=True)
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={root['tmpfs_bytes']},mode=1777")
+    os.mkdir(new + "/tmp/.shm")
+    os.chmod(new + "/tmp/.shm", 0o1777)
+    for target, link in root["symlinks"]:  # last: an absolute link must not be followed while building
+        os.symlink(target, new + link)
+    _mount(None, new, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(new)
+    os.chroot(".")
+    os.chdir("/tmp")
+    _libc.sethostname(b"sandbox", 7)
+
+
+def become_init() -> None:
+    """Fork; the parent stays PID 1 of the namespace and exits with the child's status (128+N for signal N)."""
+    pid = os.fork()
+    if pid == 0:
+        return
+    for fd in (0, 1, 2, int(sys.argv[1])):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    while True:  # reap orphans too, so zombies do not count against RLIMIT_NPROC
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if done == pid:
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def set_limits(limits: dict[str, int | None]) -> dict[str, int]:
+    applied = {}
+    for key, value in limits.items():
+        if value is None:
+            continue
+        hard = value + 1 if key == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL a second later
+        resource.setrlimit(getattr(resource, key), (value, hard))
+        applied[key] = value
+    return applied
+
+
+def drop_privileges() -> str:
+    """Become nobody if root on the host; then a user namespace that cannot nest; then no capabilities.
+
+    Returns what happened to nested user namespaces ("blocked", or why the host already refuses them).
+    """
+    if os.geteuid() == 0 and _uid_map() == "0 0 4294967295":
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the uid change made /proc/self root's; the maps below need it
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc.unshare(CLONE_NEWUSER) != 0:  # refused in a chroot (unshare backend): nesting is then blocked anyway
+        nested = f"blocked (no new user namespace may be made here: {os.strerror(ctypes.get_errno())})"
+    else:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        try:
+            _write("/proc/sys/user/max_user_namespaces", "0")
+            nested = "blocked"
+        except OSError as e:
+            nested = f"allowed (could not lower user.max_user_namespaces: {e.strerror})"
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last_cap = int(f.read())
+    for cap in range(last_cap + 1):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails harmlessly where the bounding set is already empty
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    _check(_libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    return nested
+
+
+def _uid_map() -> str:
+    try:
+        with open("/proc/self/uid_map") as f:
+            return " ".join(f.read().split())
+    except OSError:
+        return "unknown"
+
+
+def _status(field: str) -> str:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return line.split()[1]
+    return "?"
+
+
+def observed(cfg: dict[str, Any], rlimits: dict[str, int], nested: str | None) -> dict[str, Any]:
+    """The isolation as seen from inside, so that what the host reports is checked, not assumed."""
+    private = cfg["backend"] != "none"
+    with open("/proc/net/dev") as f:
+        interfaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+    user_ns = _uid_map() != "0 0 4294967295"
+    uid = os.getuid()
+    if cfg["host_uid"] == 0 and uid == NOBODY:
+        who = f"nobody({NOBODY})"
+    elif user_ns:
+        who = f"{uid} in a user namespace (host uid {cfg['host_uid']})"
+    else:
+        who = f"{uid} (host uid, no user namespace)"
+    st = os.statvfs("/tmp")
+    return {
+        "backend": cfg["backend"],
+        "pid": "namespace" if os.getpid() <= 2 else "shared",
+        "network": "namespace" if private and interfaces == ["lo"] else "shared",
+        "mounts": "private" if private else "host",
+        "tmpfs_bytes": st.f_blocks * st.f_frsize if private else None,
+        "user": "namespace" if user_ns else "host",
+        "uid": who,
+        "capabilities": "none" if int(_status("CapEff"), 16) == 0 == int(_status("CapPrm"), 16) else "kept",
+        "nested_userns": nested or "allowed",
+        "rlimits": rlimits,
+    }
+
+
+def _frame(out: Any, **frame: Any) -> None:
+    out.write(json.dumps(frame) + "\n")
+    out.flush()
+
+
+def main() -> None:
+    fd, cfg_path = int(sys.argv[1]), sys.argv[2]
+    out = os.fdopen(fd, "w")
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    payload = json.load(sys.stdin)
+    nested = None
+    try:
+        if cfg["root"] is not None:
+            build_private_root(cfg["root"])
+            become_init()
+        rlimits = set_limits(cfg["limits"])
+        if cfg["backend"] != "none":
+            nested = drop_privileges()
+        iso = observed(cfg, rlimits, nested)
+    except (SetupError, OSError) as e:
+        _frame(out, frame="result", ok=False, kind="setup", error=str(e)[-2000:])
+        return
+    _frame(out, frame="isolation", **iso)
+    run_code(out, cfg["code_path"], cfg["entrypoint"], payload)
+
+
+def run_code(out: Any, code_path: str, entry: str, payload: dict[str, Any]) -> None:
+    pid = os.getpid()
+    try:
+        with open(code_path, encoding="utf-8") as f:
+            src = f.read()
+        ns = {"__name__": "sandboxed", "__file__": code_path}
+        exec(compile(src, code_path, "exec"), ns)
+        fn = ns.get(entry)
+        if not callable(fn):
+            raise NameError(f"the code defines no function {entry!r}")
+        value = fn(*payload.values())
+        text = json.dumps({"frame": "result", "ok": True, "value": value})
+    except BaseException as e:
+        if os.getpid() != pid:
+            os._exit(1)  # a forked child never reports
+        import traceback
+
+        msg = "".join(traceback.format_exception_only(type(e), e)).strip()
+        _frame(out, frame="result", ok=False, kind="exception", error=msg[-2000:])
+        return
+    if os.getpid() != pid:
+        os._exit(0)
+    out.write(text + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
