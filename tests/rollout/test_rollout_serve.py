@@ -1,4 +1,7 @@
-"""`agentrft serve` app: OpenAI-shaped responses, tool calls, recording, and 4xx on malformed requests."""
+"""`agentrft serve` app: OpenAI-shaped responses, tool calls, recording, and 4xx on malformed requests.
+
+Abuse over real HTTP with the tiny model (limits, disconnects, shutdown) is in
+test_rollout_serve_limits.py; the request-body fuzz in test_rollout_serve_fuzz.py."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from rollout_fakes import TOOLS, FakeSampler, decode
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from agentrft.rollout.serve import create_app
+from agentrft.rollout.serve import ServeLimits, create_app
 from agentrft.types import Trajectory
 
 
@@ -23,8 +26,18 @@ class ListStore:
         return traj.id
 
 
-def client(outputs: list[str], api_key: str | None = None, **kw) -> tuple[TestClient, FakeSampler, ListStore]:
-    sampler, store = FakeSampler(outputs), ListStore()
+class CountingSampler(FakeSampler):
+    """Counts renders too: a refused request must not reach the tokenizer either."""
+
+    renders = 0
+
+    def render(self, messages, tools=None, add_generation_prompt=True):  # type: ignore[no-untyped-def]
+        self.renders += 1
+        return super().render(messages, tools, add_generation_prompt)
+
+
+def client(outputs: list[str], api_key: str | None = None, **kw) -> tuple[TestClient, CountingSampler, ListStore]:
+    sampler, store = CountingSampler(outputs), ListStore()
     app = create_app(sampler, store=store, api_key=api_key, run_id="serve-run", **kw)
     return TestClient(app, raise_server_exceptions=False), sampler, store
 
@@ -101,19 +114,133 @@ def test_api_key() -> None:
     ],
 )
 def test_malformed_requests_are_400(payload: dict, param: str) -> None:
-    c, sampler, store = client(["never"])
-    r = c.post("/v1/chat/completions", json=payload)
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"].startswith(param)
-    assert sampler.prompts == [] and store.trajs == []
+    assert_refused(json.dumps(payload).encode(), param)
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe", b""])
-def test_bad_json_body_is_400(raw: bytes) -> None:
-    c, _, _ = client(["never"])
+def assert_refused(raw: bytes, param: str | None, status: int = 400, **kw) -> dict:
+    """A one-line OpenAI-style 4xx naming `param`, and no tokenizer, model or store work."""
+    c, sampler, store = client(["never"], **kw)
     r = c.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param, err
+    assert "\n" not in err["message"] and (param is None or err["message"].startswith(param)), err
+    assert sampler.renders == 0 and sampler.prompts == [] and store.trajs == []
+    return err
+
+
+def _tool(function: object) -> dict:
+    return {"messages": USER, "tools": [{"type": "function", "function": function}]}
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "calculate", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "payload,param",
+    [
+        # tool schemas the formats would crash on (TypeError / AttributeError → 500 before)
+        (_tool({"name": 5}), "tools.0.function.name"),
+        (_tool({"name": "a b"}), "tools.0.function.name"),
+        (_tool({"name": "f", "parameters": "x"}), "tools.0.function.parameters"),
+        (_tool({"name": "f", "parameters": {"type": "object", "properties": ["x"]}}), "tools.0.function.parameters"),
+        (_tool({"name": "f", "parameters": {"type": "string"}}), "tools.0.function.parameters"),
+        (_tool({"name": "f", "description": 7}), "tools.0.function.description"),
+        ({"messages": USER, "tools": [{"type": "function"}]}, "tools.0.function"),
+        ({"messages": USER, "tools": [{"function": {"name": "f"}}]}, "tools.0.type"),
+        ({"messages": USER, "tool_choice": "sometimes"}, "tool_choice"),
+        # messages that make no sense
+        ({"messages": [{"role": "user", "content": None}]}, "messages.0.content"),
+        ({"messages": [{"role": "system", "content": None}, *USER]}, "messages.0.content"),
+        ({"messages": [*USER, {"role": "assistant"}]}, "messages.1.content"),
+        (
+            {"messages": [*USER, {"role": "assistant", "tool_calls": [CALL]}, {"role": "tool", "content": "94"}]},
+            "messages.2.tool_call_id",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages.0.content.0",
+        ),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages.0.content.0"),
+        # huge values
+        ({"messages": USER, "seed": 10**30}, "seed"),
+        ({"messages": USER, "seed": -(2**64)}, "seed"),
+        ({"messages": USER, "max_tokens": 10**12}, "max_tokens"),
+        ({"messages": USER, "max_completion_tokens": 4097}, "max_completion_tokens"),
+        ({"messages": USER, "stop": ["x"] * 17}, "stop"),
+        ({"messages": USER, "stop": "x" * 257}, "stop"),
+        ({"messages": USER, "temperature": 1e308}, "temperature"),
+    ],
+)
+def test_bad_requests_are_refused_before_model_work(payload: dict, param: str) -> None:
+    assert_refused(json.dumps(payload).encode(), param)
+
+
+def test_max_tokens_over_the_server_limit_names_the_limit() -> None:
+    err = assert_refused(
+        json.dumps({"messages": USER, "max_tokens": 65}).encode(),
+        "max_tokens",
+        limits=ServeLimits(max_tokens_limit=64, default_max_tokens=8),
+    )
+    assert err["code"] == "max_tokens_too_large" and "64" in err["message"]
+
+
+@pytest.mark.parametrize(
+    "raw,param",
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b"\xff\xfe", None),
+        (b"", None),
+        ('{"messages": []}'.encode("utf-16"), None),  # not UTF-8
+        (b'{"messages": [{"role": "user", "content": "\xc3\x28"}]}', None),  # invalid UTF-8 sequence
+        (b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages.0.content"),  # lone surrogate
+        (b'{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages.0.content"),
+        (b'{"messages": [{"role": "user", "content": "hi", "\\ud800": 1}]}', "messages.0.\\ud800"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', None),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": -Infinity}', None),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1' + b"0" * 5000 + b"}", None),
+        (b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),  # RecursionError → 500 before
+        (b'{"messages": [{"role": "user", "content": "hi", "x": ' + b"[" * 40 + b"]" * 40 + b"}]}", None),
+        (b'{"messages": [{"role": "user", "content": "hi", "x": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}]}", None),
+    ],
+)
+def test_bad_bodies_are_400(raw: bytes, param: str | None) -> None:
+    assert_refused(raw, param)
+
+
+def test_paired_surrogates_and_brackets_in_strings_are_fine() -> None:
+    c, _, store = client(["ok"])
+    content = "\U0001f600 " + "[" * 100 + "{" * 100
+    raw = json.dumps({"messages": [{"role": "user", "content": content}]}).encode()  # \ud83d\ude00 escapes
+    assert b"\\ud83d\\ude00" in raw
+    r = c.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert store.trajs[0].messages[0].content == content
+
+
+def test_nulls_mean_defaults() -> None:
+    c, sampler, _ = client(["ok"])
+    nulls = dict.fromkeys(["temperature", "top_p", "max_tokens", "stop", "seed", "n", "stream", "tools", "tool_choice"])
+    r = c.post("/v1/chat/completions", json={"messages": USER, **nulls})
+    assert r.status_code == 200, r.text
+    params = sampler.requests[0].params
+    assert (params.temperature, params.top_p, params.max_tokens, params.stop) == (1.0, 1.0, 512, [])
+
+
+def test_template_refusal_is_400() -> None:
+    def strict(messages, tools, add_generation_prompt):  # type: ignore[no-untyped-def]
+        raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
+
+    c = TestClient(create_app(FakeSampler([], template=strict)), raise_server_exceptions=False)
+    r = c.post("/v1/chat/completions", json={"messages": USER})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "messages" and "roles must alternate" in err["message"]
+
+
+def test_limits_are_consistent() -> None:
+    with pytest.raises(ValueError, match="default_max_tokens"):
+        ServeLimits(default_max_tokens=5000, max_tokens_limit=4096)
 
 
 def test_sampler_failure_is_server_error_json() -> None:
@@ -147,3 +274,5 @@ def test_cli_registers_serve() -> None:
     assert r.exit_code == 0 and "--api-key" in r.output
     r = CliRunner().invoke(app, ["serve", "--tool-format", "yaml"])
     assert r.exit_code == 2 and "unknown --tool-format" in r.output
+    r = CliRunner().invoke(app, ["serve", "--max-tokens", "5000"])
+    assert r.exit_code == 2 and "exceeds --max-tokens-limit 4096" in r.output

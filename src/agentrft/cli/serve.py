@@ -19,12 +19,18 @@ def serve(
     db: Path = typer.Option(Path("agentrft-serve.db"), "--db", help="SQLite store that records each completion."),
     tool_format: str = typer.Option("xml", "--tool-format", help="How tool calls are written: xml, hermes, native."),
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Default max_tokens when a request sets none."),
+    max_tokens_limit: int = typer.Option(
+        4096, "--max-tokens-limit", min=1, help="Largest max_tokens a request may ask for; more is a 400."
+    ),
 ) -> None:
     """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db."""
     from agentrft.rollout.formats import FORMAT_NAMES
 
     if tool_format not in FORMAT_NAMES:
         typer.echo(f"error: unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}", err=True)
+        raise typer.Exit(2)
+    if max_tokens > max_tokens_limit:
+        typer.echo(f"error: --max-tokens {max_tokens} exceeds --max-tokens-limit {max_tokens_limit}", err=True)
         raise typer.Exit(2)
     try:
         import fastapi  # noqa: F401
@@ -44,16 +50,15 @@ def serve(
         typer.echo(f"error: policy {policy!r} returns no token ids; serve needs an in-process policy", err=True)
         raise typer.Exit(1)
 
-    from agentrft.rollout.serve import create_app
+    from agentrft.rollout.serve import ServeLimits, create_app
     from agentrft.store import Store
     from agentrft.types import Run
 
     store = Store(db)
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
-    app = create_app(
-        sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, default_max_tokens=max_tokens
-    )
+    limits = ServeLimits(default_max_tokens=max_tokens, max_tokens_limit=max_tokens_limit)
+    app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
     import uvicorn
 

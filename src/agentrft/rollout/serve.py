@@ -17,9 +17,12 @@ resends a growing conversation produces one trajectory per step, linked by
 message). Re-using the previous request's ids instead would tie the record to
 the client re-sending byte-identical history, which OpenAI clients do not promise.
 
-Errors follow the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``:
-a malformed request is a 400 (bad JSON, wrong types, unknown role, n≠1,
-streaming), a missing or wrong API key a 401; only a failing policy is a 5xx.
+Errors follow the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``
+with a one-line message: a malformed request is a 400, refused before any
+tokenizer or model work (`serve_request` lists the checks), a missing or wrong
+API key a 401; only a failing policy is a 5xx. ``max_tokens`` above
+``limits.max_tokens_limit`` is a 400 naming the param.
+
 Needs the ``serve`` extra (fastapi, uvicorn); nothing else in rollout imports this module.
 """
 
@@ -29,77 +32,27 @@ import hashlib
 import hmac
 import json
 import time
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrft.rollout.agent import to_render
-from agentrft.rollout.formats import make_format
-from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler
+from agentrft.rollout.formats import ToolFormat, make_format
+from agentrft.rollout.serve_request import (
+    ApiError,
+    ChatRequest,
+    ServeLimits,
+    describe_errors,
+    parse_chat_request,
+    requested_max_tokens,
+)
+from agentrft.samplers.base import SampleRequest, SampleResult, SamplingParams, TokenSampler
 from agentrft.types import EnvRef, Message, ModelCallEvent, TokenRecord, Trajectory, new_id
 
-
-class ChatRequest(BaseModel):
-    """The Chat Completions fields this server honours; other OpenAI fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    messages: list[Message] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    n: Literal[1] = 1
-    stream: Literal[False] = False
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type_: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def _describe_errors(errors: list[Any]) -> tuple[str, str | None]:
-    """One message and `param` for pydantic errors. A union field fails once per branch
-    (`content.str`, `content.list[...]`): those are merged under the field's own path."""
-    if not errors:
-        return "invalid request", None
-    first = tuple(p for p in errors[0].get("loc", ()) if p != "body")
-    group = [
-        e
-        for e in errors
-        if tuple(p for p in e.get("loc", ()) if p != "body")[: max(len(first) - 1, 1)]
-        == first[: max(len(first) - 1, 1)]
-    ]
-    loc = first
-    if len(group) > 1:
-        locs = [tuple(p for p in e.get("loc", ()) if p != "body") for e in group]
-        n = 0
-        while all(len(x) > n and x[n] == locs[0][n] for x in locs):
-            n += 1
-        loc = locs[0][:n]
-    param = ".".join(str(p) for p in loc) or None
-    message = "; ".join(dict.fromkeys(str(e.get("msg", "invalid")) for e in group))
-    return (f"{param}: {message}" if param else message), param
+__all__ = ["ApiError", "ChatRequest", "ServeLimits", "conversation_id", "create_app"]
 
 
 def conversation_id(messages: list[Message]) -> str:
@@ -112,16 +65,23 @@ def conversation_id(messages: list[Message]) -> str:
     return hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _prompt(req: ChatRequest, tool_format: str) -> tuple[list[Message], Any]:
-    fmt = make_format(tool_format, req.tools or [])
-    messages = [m.model_copy(deep=True) for m in req.messages]
-    instructions = fmt.render_tool_instructions(req.tools) if req.tools else ""
-    if instructions:
-        if messages[0].role in ("system", "developer"):
-            messages[0].content = f"{messages[0].text()}\n\n{instructions}".strip()
-        else:
-            messages.insert(0, Message(role="system", content=instructions))
-    return messages, fmt
+@dataclass
+class _Prepared:
+    """A request rendered for the sampler: the messages as the model sees them and their token ids."""
+
+    messages: list[Message]
+    fmt: ToolFormat
+    tools: list[dict[str, Any]]
+    prompt_ids: list[int]
+    conversation_id: str
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_one_line(str(exc))}"
 
 
 def create_app(
@@ -131,9 +91,12 @@ def create_app(
     tool_format: str = "xml",
     api_key: str | None = None,
     run_id: str = "",
-    default_max_tokens: int = 512,
+    limits: ServeLimits | None = None,
 ) -> FastAPI:
-    """The FastAPI app serving `sampler`; each completion is recorded in `store` when given."""
+    """The FastAPI app serving `sampler`; each completion is recorded in `store` when given.
+
+    ``app.state`` counts ``recorded`` completions and lists ``store_errors``."""
+    limits = limits or ServeLimits()
     make_format(tool_format, [])  # fail at start-up, not per request, on an unknown format
     app = FastAPI(title="agentrft serve", docs_url=None, redoc_url=None)
     app.state.recorded = 0
@@ -145,14 +108,12 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _describe_errors(list(exc.errors()))
+        message, param = describe_errors(list(exc.errors()))
         return JSONResponse(ApiError(400, message, param=param).body(), status_code=400)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body(), status_code=500
-        )
+        return JSONResponse(ApiError(500, f"internal error: {_first_line(exc)}", type_="server_error").body(), 500)
 
     def _check_key(request: Request) -> None:
         if api_key is None:
@@ -173,45 +134,61 @@ def create_app(
         }
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> dict[str, Any]:
+    async def chat_completions(request: Request) -> JSONResponse:
         _check_key(request)
+        req = parse_chat_request(await request.body(), limits)
+        return JSONResponse(await _complete(req))
+
+    def _prepare(req: ChatRequest) -> _Prepared:
+        """Tools into the prompt, then the chat template and tokenizer: CPU-bound, run off the event loop."""
+        tools = req.tool_dicts()
+        fmt = make_format(tool_format, tools)
+        messages = [m.model_copy(deep=True) for m in req.messages]
+        instructions = fmt.render_tool_instructions(tools) if tools else ""
+        if instructions:
+            if messages[0].role in ("system", "developer"):
+                messages[0].content = f"{messages[0].text()}\n\n{instructions}".strip()
+            else:
+                messages.insert(0, Message(role="system", content=instructions))
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "request body must be a JSON object")
-        try:
-            req = ChatRequest.model_validate(body)
-        except ValidationError as exc:
-            message, param = _describe_errors(exc.errors())
-            raise ApiError(400, message, param=param) from None
-        return await _complete(req)
+            prompt_ids = list(
+                sampler.render([to_render(m, fmt) for m in messages], tools if fmt.native else None, True)
+            )
+        except Exception as exc:  # the template's own checks (e.g. roles must alternate) on client input
+            raise ApiError(
+                400,
+                f"messages: the chat template cannot render this conversation: {_first_line(exc)}",
+                param="messages",
+            ) from None
+        return _Prepared(messages, fmt, tools, prompt_ids, conversation_id(req.messages))
+
+    def _max_tokens(req: ChatRequest) -> int:
+        asked, _ = requested_max_tokens(req, limits)
+        return asked or limits.default_max_tokens
 
     async def _complete(req: ChatRequest) -> dict[str, Any]:
-        messages, fmt = _prompt(req, tool_format)
-        tools = req.tools if fmt.native else None
-        prompt_ids = list(sampler.render([to_render(m, fmt) for m in messages], tools, add_generation_prompt=True))
+        prep = _prepare(req)
+        calls_tools = bool(prep.tools) and req.tool_choice != "none"
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        if req.tools and req.tool_choice != "none":
-            stops += fmt.stop_strings()
+        if calls_tools:
+            stops += prep.fmt.stop_strings()
         params = SamplingParams(
-            temperature=req.temperature,
-            top_p=req.top_p,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed,
-            max_tokens=req.max_completion_tokens or req.max_tokens or default_max_tokens,
+            max_tokens=_max_tokens(req),
             stop=list(dict.fromkeys(stops)),
         )
         t0 = time.time()
         try:
             result = await sampler.sample(
-                SampleRequest(prompt_ids=prompt_ids, params=params, group_key=conversation_id(req.messages))
+                SampleRequest(prompt_ids=prep.prompt_ids, params=params, group_key=prep.conversation_id)
             )
         except ValueError as exc:  # the sampler's own request checks (e.g. prompt longer than the context)
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, _one_line(str(exc))) from None
         except Exception as exc:
-            raise ApiError(500, f"policy failed: {type(exc).__name__}: {exc}", type_="server_error") from None
-        parsed = fmt.parse(result.text) if req.tools and req.tool_choice != "none" else None
+            raise ApiError(500, f"policy failed: {_first_line(exc)}", type_="server_error") from None
+        parsed = prep.fmt.parse(result.text) if calls_tools else None
         if parsed is not None and parsed.tool_calls:
             message = Message(role="assistant", content=parsed.content or None, tool_calls=parsed.tool_calls)
             finish = "tool_calls"
@@ -219,7 +196,7 @@ def create_app(
             message = Message(role="assistant", content=result.text)
             finish = "length" if result.finish_reason == "length" else "stop"
         completion_id = f"chatcmpl-{new_id()}"
-        _record(req, messages, message, prompt_ids, result, completion_id, t0)
+        _record(prep, message, result, completion_id, t0)
         return {
             "id": completion_id,
             "object": "chat.completion",
@@ -233,23 +210,16 @@ def create_app(
             },
         }
 
-    def _record(
-        req: ChatRequest,
-        messages: list[Message],
-        reply: Message,
-        prompt_ids: list[int],
-        result: Any,
-        completion_id: str,
-        t0: float,
-    ) -> None:
+    def _record(prep: _Prepared, reply: Message, result: SampleResult, completion_id: str, t0: float) -> None:
         if store is None:
             return
+        messages, prompt_ids = prep.messages, prep.prompt_ids
         turn = sum(1 for m in messages if m.role == "assistant")
         sampled = list(result.token_ids)
         traj = Trajectory(
             run_id=run_id,
             task_id=completion_id,
-            group_id=conversation_id(req.messages),
+            group_id=prep.conversation_id,
             env=EnvRef(name="serve", version="1"),
             policy=sampler.policy,
             policy_version=sampler.policy_version,
@@ -274,8 +244,8 @@ def create_app(
             created_at=t0,
             finished_at=time.time(),
             metadata={
-                "conversation_id": conversation_id(req.messages),
-                "tools": req.tools or [],
+                "conversation_id": prep.conversation_id,
+                "tools": prep.tools,
                 "tool_format": tool_format,
             },
         )
@@ -283,6 +253,6 @@ def create_app(
             store.add_trajectory(traj)
             app.state.recorded += 1
         except Exception as exc:
-            app.state.store_errors.append(f"{completion_id}: {type(exc).__name__}: {exc}")
+            app.state.store_errors.append(f"{completion_id}: {_first_line(exc)}")
 
     return app
