@@ -22,6 +22,9 @@ def serve(
     max_tokens_limit: int = typer.Option(
         4096, "--max-tokens-limit", min=1, help="Largest max_tokens a request may ask for; more is a 400."
     ),
+    max_body_bytes: int = typer.Option(
+        2 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body; more is a 413, unread."
+    ),
 ) -> None:
     """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db."""
     from agentrft.rollout.formats import FORMAT_NAMES
@@ -57,7 +60,9 @@ def serve(
     store = Store(db)
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
-    limits = ServeLimits(default_max_tokens=max_tokens, max_tokens_limit=max_tokens_limit)
+    limits = ServeLimits(
+        default_max_tokens=max_tokens, max_tokens_limit=max_tokens_limit, max_body_bytes=max_body_bytes
+    )
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
     import uvicorn

@@ -20,14 +20,22 @@ the client re-sending byte-identical history, which OpenAI clients do not promis
 Errors follow the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``
 with a one-line message: a malformed request is a 400, refused before any
 tokenizer or model work (`serve_request` lists the checks), a missing or wrong
-API key a 401; only a failing policy is a 5xx. ``max_tokens`` above
-``limits.max_tokens_limit`` is a 400 naming the param.
+API key a 401, a body over ``limits.max_body_bytes`` a 413; only a failing
+policy is a 5xx.
+
+What one client can hold (`ServeLimits`):
+
+* tokens — ``max_tokens`` above ``max_tokens_limit`` is a 400 naming the param;
+* the event loop — the body is parsed and the conversation rendered and
+  tokenized in worker threads, so ``/v1/models`` and other sessions are answered
+  while a large prompt is tokenized.
 
 Needs the ``serve`` extra (fastapi, uvicorn); nothing else in rollout imports this module.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -84,6 +92,26 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_one_line(str(exc))}"
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or 413 as soon as it is known to exceed `limit` bytes: from Content-Length
+    before reading anything, else (chunked) at the chunk that crosses it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"request body is larger than {limit} bytes (--max-body-bytes)", code="request_too_large")
+
+
 def create_app(
     sampler: TokenSampler,
     *,
@@ -104,7 +132,9 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        # The rest of an oversized body is never read: the connection cannot carry another request.
+        headers = {"connection": "close"} if exc.status == 413 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -136,7 +166,8 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
         _check_key(request)
-        req = parse_chat_request(await request.body(), limits)
+        raw = await read_body(request, limits.max_body_bytes)
+        req = await asyncio.to_thread(parse_chat_request, raw, limits)
         return JSONResponse(await _complete(req))
 
     def _prepare(req: ChatRequest) -> _Prepared:
@@ -167,7 +198,7 @@ def create_app(
         return asked or limits.default_max_tokens
 
     async def _complete(req: ChatRequest) -> dict[str, Any]:
-        prep = _prepare(req)
+        prep = await asyncio.to_thread(_prepare, req)
         calls_tools = bool(prep.tools) and req.tool_choice != "none"
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         if calls_tools:

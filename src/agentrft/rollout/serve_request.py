@@ -30,12 +30,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentrft.types import Message
 
+MiB = 1024 * 1024
+
 
 class ServeLimits(BaseModel):
     """What one client may ask of the server."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    max_body_bytes: int = Field(
+        default=2 * MiB, ge=1024, description="larger request bodies get 413, before any of it is parsed"
+    )
     max_tokens_limit: int = Field(default=4096, ge=1, description="largest max_tokens a request may ask for")
     default_max_tokens: int = Field(
         default=512, ge=1, description="max_tokens of a request that sets none (cut to what the context leaves)"

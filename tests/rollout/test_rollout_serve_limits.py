@@ -1,0 +1,142 @@
+"""`agentrft serve` against clients that try to tie it up, over real HTTP: uvicorn in a thread on a
+free port, serving the tiny model. Each test prints the timing that the abuse case costs the server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+
+from agentrft.rollout.serve import ServeLimits, create_app  # noqa: E402
+from agentrft.samplers.hf import HFSampler  # noqa: E402
+from agentrft.samplers.policies import load_policy  # noqa: E402
+
+USER = [{"role": "user", "content": "What is 5829 minus 5735?"}]
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Iterator[HFSampler]:
+    sampler = load_policy("tiny")
+    assert isinstance(sampler, HFSampler)
+    yield sampler
+    sampler.close()
+
+
+@contextlib.contextmanager
+def live_server(app: object, **config: object) -> Iterator[tuple[str, uvicorn.Server]]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def raw_response(sock: socket.socket, timeout: float = 10.0) -> tuple[int, dict]:
+    """Status and JSON body of the one HTTP response on `sock` (the server closes after it)."""
+    sock.settimeout(timeout)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_ten_megabyte_body_is_413_before_it_is_read(tiny: HFSampler) -> None:
+    app = create_app(tiny, limits=ServeLimits(max_body_bytes=2 * MB))
+    with live_server(app) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        # Content-Length says 10 MB and not a byte of body is sent: the answer needs none of it.
+        with socket.create_connection((host, int(port))) as s:
+            t0 = time.perf_counter()
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % (10 * MB)
+            )
+            status, body = raw_response(s)
+            declared_s = time.perf_counter() - t0
+        assert status == 413 and body["error"]["code"] == "request_too_large", body
+        assert "2097152 bytes" in body["error"]["message"]
+
+        # Chunked, no Content-Length: refused at the chunk that crosses the limit (what the client
+        # sends beyond it goes to socket buffers until it reads the answer).
+        sent = 0
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal sent
+            for _ in range(10 * 16):
+                sent += 64 * 1024
+                yield b" " * (64 * 1024)
+
+        t0 = time.perf_counter()
+        r = httpx.post(f"{url}/v1/chat/completions", content=chunks(), timeout=30)
+        chunked_s = time.perf_counter() - t0
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+        # The server is fine afterwards.
+        assert httpx.get(f"{url}/v1/models").status_code == 200
+    print(
+        f"\n[timing] 10 MB body -> 413: {declared_s * 1000:.1f} ms (Content-Length), {chunked_s * 1000:.1f} ms (chunked, {sent / MB:.1f} MB sent)"
+    )
+
+
+def test_models_and_other_sessions_stay_responsive_while_a_huge_prompt_is_tokenized(tiny: HFSampler) -> None:
+    app = create_app(tiny, limits=ServeLimits(max_body_bytes=4 * MB))
+    huge = {"messages": [{"role": "user", "content": "the quick brown fox jumps 12345. " * 50_000}], "max_tokens": 1}
+    with live_server(app) as (url, _):
+        done: dict[str, object] = {}
+
+        def send_huge() -> None:
+            t0 = time.perf_counter()
+            r = httpx.post(f"{url}/v1/chat/completions", json=huge, timeout=120)
+            done["status"], done["s"] = r.status_code, time.perf_counter() - t0
+            done["error"] = r.json()["error"]["message"]
+
+        thread = threading.Thread(target=send_huge)
+        latencies: list[float] = []
+        small_chat: list[float] = []
+        with httpx.Client(base_url=url, timeout=30) as client:
+            idle = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                client.get("/v1/models")
+                idle.append(time.perf_counter() - t0)
+            thread.start()
+            while thread.is_alive():
+                t0 = time.perf_counter()
+                assert client.get("/v1/models").status_code == 200
+                latencies.append(time.perf_counter() - t0)
+                if len(latencies) % 10 == 5:
+                    t0 = time.perf_counter()
+                    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+                    assert r.status_code == 200, r.text
+                    small_chat.append(time.perf_counter() - t0)
+                time.sleep(0.02)
+        thread.join()
+    # 1.6 MB of text is ~350k tokens: tokenized (seconds), then refused by the model's 8192 positions.
+    assert done["status"] == 400 and "8192" in str(done["error"]), done
+    assert float(done["s"]) > 0.5 and len(latencies) >= 10, (done, latencies)  # it really was busy meanwhile
+    assert max(latencies) < 0.5, latencies
+    print(
+        f"\n[timing] /v1/models while a {len(json.dumps(huge)) / MB:.1f} MB prompt was tokenized for {done['s']:.2f} s: "
+        f"{len(latencies)} calls, median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms, "
+        f"max {max(latencies) * 1000:.1f} ms (idle: {min(idle) * 1000:.1f} ms); small chat completions meanwhile: max {max(small_chat, default=0) * 1000:.0f} ms"
+    )
