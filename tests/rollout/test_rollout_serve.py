@@ -276,3 +276,24 @@ def test_cli_registers_serve() -> None:
     assert r.exit_code == 2 and "unknown --tool-format" in r.output
     r = CliRunner().invoke(app, ["serve", "--max-tokens", "5000"])
     assert r.exit_code == 2 and "exceeds --max-tokens-limit 4096" in r.output
+
+
+def test_max_tokens_must_fit_the_context_with_the_prompt() -> None:
+    limits = ServeLimits(context_tokens=100, default_max_tokens=512, max_tokens_limit=4096)
+    c, sampler, store = client(["ok", "ok"], limits=limits)
+    n_prompt = len(sampler.render(USER))
+    room = 100 - n_prompt
+    r = c.post("/v1/chat/completions", json={"messages": USER, "max_tokens": room + 1})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "max_tokens" and err["code"] == "context_length_exceeded"
+    assert f"at most {room}" in err["message"] and sampler.prompts == [] and store.trajs == []
+    r = c.post("/v1/chat/completions", json={"messages": USER, "max_completion_tokens": room + 1})
+    assert r.json()["error"]["param"] == "max_completion_tokens"
+    # exactly full is fine; without max_tokens the server default is cut to the room left
+    assert c.post("/v1/chat/completions", json={"messages": USER, "max_tokens": room}).status_code == 200
+    assert c.post("/v1/chat/completions", json={"messages": USER}).status_code == 200
+    assert [rq.params.max_tokens for rq in sampler.requests] == [room, room]
+    long = [{"role": "user", "content": "x" * 100}]
+    r = c.post("/v1/chat/completions", json={"messages": long, "max_tokens": 1})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "messages" and err["code"] == "context_length_exceeded"

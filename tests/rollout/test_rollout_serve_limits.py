@@ -140,3 +140,35 @@ def test_models_and_other_sessions_stay_responsive_while_a_huge_prompt_is_tokeni
         f"{len(latencies)} calls, median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms, "
         f"max {max(latencies) * 1000:.1f} ms (idle: {min(idle) * 1000:.1f} ms); small chat completions meanwhile: max {max(small_chat, default=0) * 1000:.0f} ms"
     )
+
+
+def test_huge_max_tokens_is_400_before_any_decoding(tiny: HFSampler) -> None:
+    limits = ServeLimits(context_tokens=tiny.max_positions, max_tokens_limit=8192)
+    app = create_app(tiny, limits=limits)
+    steps = tiny.stats["steps"]
+    with live_server(app) as (url, _), httpx.Client(base_url=url, timeout=30) as client:
+        timings = {}
+        for label, payload, param, code in [
+            ("10**9 (server limit)", {"max_tokens": 10**9}, "max_tokens", "max_tokens_too_large"),
+            ("8190 (prompt + it > 8192 positions)", {"max_tokens": 8190}, "max_tokens", "context_length_exceeded"),
+            (
+                "max_completion_tokens 8190",
+                {"max_completion_tokens": 8190},
+                "max_completion_tokens",
+                "context_length_exceeded",
+            ),
+        ]:
+            t0 = time.perf_counter()
+            r = client.post("/v1/chat/completions", json={"messages": USER, **payload})
+            timings[label] = time.perf_counter() - t0
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == param and err["code"] == code, err
+        assert tiny.stats["steps"] == steps  # not one decode step was spent on them
+        # The largest max_tokens that fits is served (and stops at the context, not later).
+        n_prompt = len(tiny.render(USER))
+        r = client.post(
+            "/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 8192 - n_prompt, "stop": [" ", "e", "a"], "seed": 0},
+        )
+        assert r.status_code == 200, r.text
+    print("\n[timing] huge max_tokens -> 400: " + ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in timings.items()))

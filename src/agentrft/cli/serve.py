@@ -54,6 +54,7 @@ def serve(
         raise typer.Exit(1)
 
     from agentrft.rollout.serve import ServeLimits, create_app
+    from agentrft.samplers.inprocess import InProcessPolicy
     from agentrft.store import Store
     from agentrft.types import Run
 
@@ -61,7 +62,11 @@ def serve(
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
     limits = ServeLimits(
-        default_max_tokens=max_tokens, max_tokens_limit=max_tokens_limit, max_body_bytes=max_body_bytes
+        default_max_tokens=max_tokens,
+        max_tokens_limit=max_tokens_limit,
+        max_body_bytes=max_body_bytes,
+        # in-process models say their positions; other token samplers enforce their own context
+        context_tokens=sampler.max_positions if isinstance(sampler, InProcessPolicy) else None,
     )
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)

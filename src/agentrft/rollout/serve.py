@@ -25,7 +25,9 @@ policy is a 5xx.
 
 What one client can hold (`ServeLimits`):
 
-* tokens — ``max_tokens`` above ``max_tokens_limit`` is a 400 naming the param;
+* tokens — ``max_tokens`` above ``max_tokens_limit``, or prompt + ``max_tokens``
+  beyond ``context_tokens``, is a 400 naming the param; a request without
+  ``max_tokens`` gets the server default cut to the room its prompt leaves;
 * the event loop — the body is parsed and the conversation rendered and
   tokenized in worker threads, so ``/v1/models`` and other sessions are answered
   while a large prompt is tokenized.
@@ -193,9 +195,32 @@ def create_app(
             ) from None
         return _Prepared(messages, fmt, tools, prompt_ids, conversation_id(req.messages))
 
-    def _max_tokens(req: ChatRequest) -> int:
-        asked, _ = requested_max_tokens(req, limits)
-        return asked or limits.default_max_tokens
+    def _max_tokens(req: ChatRequest, n_prompt: int) -> int:
+        """What to ask the sampler for: the client's max_tokens if prompt + it fit the context, else 400;
+        without one, the server default cut to the room the prompt leaves."""
+        asked, param = requested_max_tokens(req, limits)
+        ctx = limits.context_tokens
+        if ctx is None:
+            return asked or limits.default_max_tokens
+        room = ctx - n_prompt
+        if room < 1:
+            raise ApiError(
+                400,
+                f"messages: the prompt is {n_prompt} tokens and leaves no room in the model's context of {ctx} tokens",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        if asked is None:
+            return min(limits.default_max_tokens, room)
+        if asked > room:
+            raise ApiError(
+                400,
+                f"{param}: the prompt ({n_prompt} tokens) + {param} ({asked}) exceeds the model's context of "
+                f"{ctx} tokens; ask for at most {room}",
+                param=param,
+                code="context_length_exceeded",
+            )
+        return asked
 
     async def _complete(req: ChatRequest) -> dict[str, Any]:
         prep = await asyncio.to_thread(_prepare, req)
@@ -207,7 +232,7 @@ def create_app(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed,
-            max_tokens=_max_tokens(req),
+            max_tokens=_max_tokens(req, len(prep.prompt_ids)),
             stop=list(dict.fromkeys(stops)),
         )
         t0 = time.time()

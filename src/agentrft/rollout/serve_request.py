@@ -17,7 +17,8 @@ raises `ApiError` (HTTP 4xx, an OpenAI-style one-line message naming the
    its `tool_call_id`, content parts are text);
 6. `max_tokens` is within the server's `max_tokens_limit`.
 
-`ServeLimits` holds the bounds.
+The check against the model's context needs the prompt's length, so it runs in
+`serve.py` after rendering. `ServeLimits` holds every bound.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class ServeLimits(BaseModel):
     max_tokens_limit: int = Field(default=4096, ge=1, description="largest max_tokens a request may ask for")
     default_max_tokens: int = Field(
         default=512, ge=1, description="max_tokens of a request that sets none (cut to what the context leaves)"
+    )
+    context_tokens: int | None = Field(
+        default=None, ge=2, description="the model's positions: prompt + max_tokens must fit; None: not checked here"
     )
     max_json_depth: int = Field(default=32, ge=4, description="deepest nesting of arrays and objects in a body")
 

@@ -48,6 +48,11 @@ class InProcessPolicy(RendersWithTokenizer):
         self.template_supports_tools = template_supports_tools(tokenizer)
         self._seeds = RequestSeeds()
 
+    @property
+    def max_positions(self) -> int:
+        """Positions the model attends over: prompt + sampled tokens must fit in them."""
+        return self._spec.max_positions
+
     def reseed(self, seed: int) -> None:
         """Make unseeded sampling reproducible from here on (the trainer calls this per step)."""
         self._seeds.reseed(seed)
