@@ -172,3 +172,55 @@ def test_huge_max_tokens_is_400_before_any_decoding(tiny: HFSampler) -> None:
         )
         assert r.status_code == 200, r.text
     print("\n[timing] huge max_tokens -> 400: " + ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in timings.items()))
+
+
+class ListStore:
+    def __init__(self) -> None:
+        self.trajs: list = []
+
+    def add_trajectory(self, traj) -> str:  # type: ignore[no-untyped-def]
+        self.trajs.append(traj)
+        return traj.id
+
+
+def _steps_settle(tiny: HFSampler, quiet_s: float = 0.5, timeout_s: float = 10.0) -> tuple[int, float]:
+    """(final step count, when it last moved): polls the engine's step counter until it stays put for `quiet_s`."""
+    last, moved = tiny.stats["steps"], time.perf_counter()
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() - moved < quiet_s and time.perf_counter() < deadline:
+        time.sleep(0.001)
+        if (now := tiny.stats["steps"]) != last:
+            last, moved = now, time.perf_counter()
+    return last, moved
+
+
+def test_disconnect_stops_decoding(tiny: HFSampler) -> None:
+    store = ListStore()
+    app = create_app(tiny, store=store, limits=ServeLimits(context_tokens=tiny.max_positions))
+    body = json.dumps({"messages": USER, "max_tokens": 4000, "temperature": 1.0, "seed": 1}).encode()
+    with live_server(app) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        s = socket.create_connection((host, int(port)))
+        start = tiny.stats["steps"]
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        deadline = time.monotonic() + 30
+        while tiny.stats["steps"] < start + 50 and time.monotonic() < deadline:  # it is decoding
+            time.sleep(0.005)
+        s.close()
+        t_close = time.perf_counter()
+        at_close = tiny.stats["steps"]
+        final, last_move = _steps_settle(tiny)
+        # The engine is idle again: a new request is served at once.
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200
+    decoded = final - start
+    assert at_close - start >= 50 and decoded < 4000 - 100, (at_close - start, decoded)  # far from max_tokens
+    assert final - at_close <= 20 and last_move - t_close < 1.0, (final - at_close, last_move - t_close)
+    assert app.state.abandoned == 1 and len(store.trajs) == 1  # only the follow-up request is recorded
+    print(
+        f"\n[timing] disconnect -> decoding stops: {max(0.0, last_move - t_close) * 1000:.1f} ms, "
+        f"{final - at_close} step(s) after the close ({at_close - start} decoded before it; max_tokens 4000)"
+    )

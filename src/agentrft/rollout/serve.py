@@ -30,7 +30,9 @@ What one client can hold (`ServeLimits`):
   ``max_tokens`` gets the server default cut to the room its prompt leaves;
 * the event loop — the body is parsed and the conversation rendered and
   tokenized in worker threads, so ``/v1/models`` and other sessions are answered
-  while a large prompt is tokenized.
+  while a large prompt is tokenized;
+* the engine — a client that disconnects has its request cancelled: the HF
+  engine retires it before its next decode step.
 
 Needs the ``serve`` extra (fastapi, uvicorn); nothing else in rollout imports this module.
 """
@@ -42,12 +44,13 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from agentrft.rollout.agent import to_render
 from agentrft.rollout.formats import ToolFormat, make_format
@@ -114,6 +117,12 @@ def _too_large(limit: int) -> ApiError:
     return ApiError(413, f"request body is larger than {limit} bytes (--max-body-bytes)", code="request_too_large")
 
 
+async def _until_disconnected(request: Request) -> None:
+    """Return when the client hangs up (the body has been read, so the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.01)  # not expected after the body; keep listening without spinning
+
+
 def create_app(
     sampler: TokenSampler,
     *,
@@ -125,11 +134,13 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app serving `sampler`; each completion is recorded in `store` when given.
 
-    ``app.state`` counts ``recorded`` completions and lists ``store_errors``."""
+    ``app.state`` counts ``recorded`` completions and ``abandoned`` requests (client gone),
+    and lists ``store_errors``."""
     limits = limits or ServeLimits()
     make_format(tool_format, [])  # fail at start-up, not per request, on an unknown format
     app = FastAPI(title="agentrft serve", docs_url=None, redoc_url=None)
     app.state.recorded = 0
+    app.state.abandoned = 0
     app.state.store_errors = []
 
     @app.exception_handler(ApiError)
@@ -166,11 +177,25 @@ def create_app(
         }
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         _check_key(request)
         raw = await read_body(request, limits.max_body_bytes)
         req = await asyncio.to_thread(parse_chat_request, raw, limits)
-        return JSONResponse(await _complete(req))
+        return await _unless_client_leaves(request, _complete(req))
+
+    async def _unless_client_leaves(request: Request, work: Awaitable[dict[str, Any]]) -> Response:
+        """Run `work`; cancel it (and so the sampler's request) as soon as the client disconnects."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(_until_disconnected(request))
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            task.cancel()  # no-op when done; otherwise the engine retires the request before its next step
+        if not task.done() or task.cancelled():
+            app.state.abandoned += 1
+            return Response(status_code=499)  # nobody reads it: the connection is gone
+        return JSONResponse(task.result())
 
     def _prepare(req: ChatRequest) -> _Prepared:
         """Tools into the prompt, then the chat template and tokenizer: CPU-bound, run off the event loop."""
@@ -267,6 +292,8 @@ def create_app(
         }
 
     def _record(prep: _Prepared, reply: Message, result: SampleResult, completion_id: str, t0: float) -> None:
+        # Synchronous on purpose: a cancellation (the client leaving) cannot land between the
+        # sampler's answer and the store's commit, so what finished is recorded whole or not at all.
         if store is None:
             return
         messages, prompt_ids = prep.messages, prep.prompt_ids
