@@ -297,3 +297,36 @@ def test_max_tokens_must_fit_the_context_with_the_prompt() -> None:
     r = c.post("/v1/chat/completions", json={"messages": long, "max_tokens": 1})
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "messages" and err["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.7", "example.com"])
+def test_cli_refuses_a_public_host_without_api_key(host: str) -> None:
+    from typer.testing import CliRunner
+
+    from agentrft.cli.main import app
+
+    r = CliRunner().invoke(app, ["serve", "--host", host])
+    assert r.exit_code == 2, r.output
+    assert (
+        r.output.strip()
+        == f"error: --host {host} is reachable from other machines; set --api-key KEY (or bind 127.0.0.1)"
+    )
+    r = CliRunner().invoke(app, ["serve", "--host", "127.0.0.1", "--api-key", " "])
+    assert r.exit_code == 2 and r.output.strip() == "error: --api-key is empty"
+
+
+def test_cli_warns_on_a_public_host_with_api_key_and_loopback_is_quiet() -> None:
+    from typer.testing import CliRunner
+
+    from agentrft.cli.main import app
+    from agentrft.cli.serve import is_loopback
+
+    # --tool-format yaml stops the command right after the host check, before a model is loaded
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--api-key", "k", "--tool-format", "yaml"])
+    assert r.exit_code == 2 and r.output.startswith("warning: serving on 0.0.0.0, reachable from other machines")
+    assert all(is_loopback(h) for h in ["127.0.0.1", "127.3.2.1", "::1", "localhost"])
+
+
+def test_empty_api_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="every client"):
+        create_app(FakeSampler([]), api_key="")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -223,4 +226,74 @@ def test_disconnect_stops_decoding(tiny: HFSampler) -> None:
     print(
         f"\n[timing] disconnect -> decoding stops: {max(0.0, last_move - t_close) * 1000:.1f} ms, "
         f"{final - at_close} step(s) after the close ({at_close - start} decoded before it; max_tokens 4000)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from agentrft.store import Store
+
+    port, db, grace = _free_port(), tmp_path / "serve.db", 2
+    cmd = [sys.executable, "-m", "agentrft.cli.main", "serve", "--policy", "tiny", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--db", str(db), "--shutdown-timeout", str(grace)], stderr=subprocess.PIPE, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/v1/models").status_code == 200:
+                    break
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+        chat = f"{url}/v1/chat/completions"
+        for _ in range(2):  # finished before the signal
+            assert httpx.post(chat, json={"messages": USER, "max_tokens": 3}, timeout=30).status_code == 200
+        replies: dict[str, httpx.Response | Exception] = {}
+
+        def send(name: str, max_tokens: int) -> None:
+            try:
+                replies[name] = httpx.post(
+                    chat, json={"messages": USER, "max_tokens": max_tokens, "seed": 1}, timeout=60
+                )
+            except httpx.TransportError as exc:
+                replies[name] = exc
+
+        long = threading.Thread(target=send, args=("long", 4000))  # cannot finish within the grace
+        long.start()
+        time.sleep(1.0)
+        short = threading.Thread(target=send, args=("short", 10))  # finishes within it
+        short.start()
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        exit_s = time.perf_counter() - t0
+        long.join(10)
+        short.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 0 and "Traceback" not in stderr, stderr
+    assert exit_s < grace + 3, exit_s
+    short_r, long_r = replies["short"], replies["long"]
+    assert isinstance(short_r, httpx.Response) and short_r.status_code == 200, short_r
+    assert isinstance(long_r, httpx.Response) and long_r.status_code == 503, long_r
+    assert "shutting down" in long_r.json()["error"]["message"]
+    assert "stopped: 3 completion(s) recorded, 1 abandoned" in stderr, stderr
+    with Store(db) as store:
+        trajs = store.query_trajectories()
+        assert store.integrity_check() == "ok"
+    assert len(trajs) == 3 and {len(t.tokens.ids) - len(t.tokens.loss_mask) for t in trajs if t.tokens} == {0}
+    assert short_r.json()["id"] in {t.task_id for t in trajs}
+    print(
+        f"\n[timing] SIGTERM -> exit 0: {exit_s:.2f} s (--shutdown-timeout {grace}; 1 finished and recorded, 1 abandoned with 503)"
     )

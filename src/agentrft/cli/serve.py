@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import ipaddress
+import signal
 from pathlib import Path
+from types import FrameType
 
 import typer
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def serve(
@@ -12,7 +29,9 @@ def serve(
         "smollm2-135m", "--policy", help="In-process policy: smollm2-135m, tiny, hf:PATH_OR_ID."
     ),
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind; the default is reachable from this machine only."
+        "127.0.0.1",
+        "--host",
+        help="Address to bind; the default is reachable from this machine only. Any other needs --api-key.",
     ),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
     api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' on every request."),
@@ -25,10 +44,31 @@ def serve(
     max_body_bytes: int = typer.Option(
         2 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body; more is a 413, unread."
     ),
+    shutdown_timeout: int = typer.Option(
+        5,
+        "--shutdown-timeout",
+        min=0,
+        help="On SIGTERM/SIGINT, seconds in-flight requests may still finish (and be recorded); the rest get 503.",
+    ),
 ) -> None:
     """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db."""
     from agentrft.rollout.formats import FORMAT_NAMES
 
+    if api_key is not None and not api_key.strip():
+        typer.echo("error: --api-key is empty", err=True)
+        raise typer.Exit(2)
+    if not is_loopback(host):
+        if api_key is None:
+            typer.echo(
+                f"error: --host {host} is reachable from other machines; set --api-key KEY (or bind 127.0.0.1)",
+                err=True,
+            )
+            raise typer.Exit(2)
+        typer.echo(
+            f"warning: serving on {host}, reachable from other machines: requests need the API key, "
+            "but traffic is plain HTTP (put a TLS proxy in front)",
+            err=True,
+        )
     if tool_format not in FORMAT_NAMES:
         typer.echo(f"error: unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}", err=True)
         raise typer.Exit(2)
@@ -70,12 +110,20 @@ def serve(
     )
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
-    import uvicorn
-
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
+    )
+    # uvicorn stops gracefully on the first SIGTERM/SIGINT, then raises the signal again for the
+    # handler it found: with the default one the process died by it (exit 143) before the store
+    # was closed. This handler makes that second delivery (or a signal before uvicorn listens) a
+    # plain exit 0 through the `finally` below.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        server.run()
     finally:
         store.close()
+        typer.echo(f"stopped: {app.state.recorded} completion(s) recorded, {app.state.abandoned} abandoned", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,7 +32,11 @@ What one client can hold (`ServeLimits`):
   tokenized in worker threads, so ``/v1/models`` and other sessions are answered
   while a large prompt is tokenized;
 * the engine — a client that disconnects has its request cancelled: the HF
-  engine retires it before its next decode step.
+  engine retires it before its next decode step;
+* shutdown — uvicorn lets in-flight requests run for its graceful-shutdown
+  timeout (``agentrft serve --shutdown-timeout``), then cancels them; those are
+  answered 503 and not recorded. A completion is
+  recorded synchronously before its response, so what finished is in the store.
 
 Needs the ``serve`` extra (fastapi, uvicorn); nothing else in rollout imports this module.
 """
@@ -134,9 +138,11 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app serving `sampler`; each completion is recorded in `store` when given.
 
-    ``app.state`` counts ``recorded`` completions and ``abandoned`` requests (client gone),
-    and lists ``store_errors``."""
+    ``app.state`` counts ``recorded`` completions and ``abandoned`` requests (client gone, or
+    still running when shutdown's grace ended), and lists ``store_errors``."""
     limits = limits or ServeLimits()
+    if api_key is not None and not api_key:
+        raise ValueError("api_key is empty: it would let every client in")
     make_format(tool_format, [])  # fail at start-up, not per request, on an unknown format
     app = FastAPI(title="agentrft serve", docs_url=None, redoc_url=None)
     app.state.recorded = 0
@@ -178,10 +184,18 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        _check_key(request)
-        raw = await read_body(request, limits.max_body_bytes)
-        req = await asyncio.to_thread(parse_chat_request, raw, limits)
-        return await _unless_client_leaves(request, _complete(req))
+        try:
+            _check_key(request)
+            raw = await read_body(request, limits.max_body_bytes)
+            req = await asyncio.to_thread(parse_chat_request, raw, limits)
+            return await _unless_client_leaves(request, _complete(req))
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs when its shutdown grace ends: answer, instead of
+            # dying with a traceback in the log; the sampler's future was cancelled with us.
+            app.state.abandoned += 1
+            return JSONResponse(
+                ApiError(503, "server is shutting down; request abandoned", type_="server_error").body(), 503
+            )
 
     async def _unless_client_leaves(request: Request, work: Awaitable[dict[str, Any]]) -> Response:
         """Run `work`; cancel it (and so the sampler's request) as soon as the client disconnects."""
@@ -292,7 +306,7 @@ def create_app(
         }
 
     def _record(prep: _Prepared, reply: Message, result: SampleResult, completion_id: str, t0: float) -> None:
-        # Synchronous on purpose: a cancellation (the client leaving) cannot land between the
+        # Synchronous on purpose: a cancellation (shutdown, disconnect) cannot land between the
         # sampler's answer and the store's commit, so what finished is recorded whole or not at all.
         if store is None:
             return
