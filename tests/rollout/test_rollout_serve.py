@@ -149,6 +149,18 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "calculate", "a
         ({"messages": USER, "tools": [{"type": "function"}]}, "tools.0.function"),
         ({"messages": USER, "tools": [{"function": {"name": "f"}}]}, "tools.0.type"),
         ({"messages": USER, "tool_choice": "sometimes"}, "tool_choice"),
+        (  # parsed by the formats when rendered: RecursionError before
+            {
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "[" * 50_000}}],
+                    },
+                ]
+            },
+            "messages.1.tool_calls.0.function.arguments",
+        ),
         # messages that make no sense
         ({"messages": [{"role": "user", "content": None}]}, "messages.0.content"),
         ({"messages": [{"role": "system", "content": None}, *USER]}, "messages.0.content"),
@@ -217,6 +229,14 @@ def test_paired_surrogates_and_brackets_in_strings_are_fine() -> None:
     r = c.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert store.trajs[0].messages[0].content == content
+
+
+def test_null_tool_fields_are_left_out() -> None:
+    c, sampler, _ = client(["ok"])
+    tool = {"type": "function", "function": {"name": "f", "description": None, "parameters": None, "strict": None}}
+    r = c.post("/v1/chat/completions", json={"messages": USER, "tools": [tool]})  # AttributeError (500) before
+    assert r.status_code == 200, r.text
+    assert "- f(): " in decode(sampler.prompts[0])
 
 
 def test_nulls_mean_defaults() -> None:

@@ -14,7 +14,8 @@ raises `ApiError` (HTTP 4xx, an OpenAI-style one-line message naming the
 4. the fields validate (`ChatRequest`: tool schemas in OpenAI's shape, a 64-bit
    seed, at most 16 stop strings, ...);
 5. the messages make sense (a user message has content, a tool message names
-   its `tool_call_id`, content parts are text);
+   its `tool_call_id`, content parts are text, the JSON text of a tool call's
+   arguments nests no deeper than the body may);
 6. `max_tokens` is within the server's `max_tokens_limit`.
 
 The check against the model's context needs the prompt's length, so it runs in
@@ -148,8 +149,9 @@ class ChatRequest(BaseModel):
     stream: Literal[False] | None = None
 
     def tool_dicts(self) -> list[dict[str, Any]]:
-        """The tools as the client wrote them (what formats and chat templates read)."""
-        return [t.model_dump(exclude_unset=True) for t in self.tools or []]
+        """The tools as the client wrote them (what formats and chat templates read); a field sent
+        as null is left out, as if not sent."""
+        return [t.model_dump(exclude_unset=True, exclude_none=True) for t in self.tools or []]
 
 
 # --- the body ------------------------------------------------------------------------------------
@@ -163,7 +165,8 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _too_deep(raw: bytes, limit: int) -> bool:
-    """Whether arrays/objects nest deeper than `limit`: each pass drops the innermost pairs."""
+    """Whether arrays/objects in JSON text nest deeper than `limit`: each pass drops the innermost
+    pairs. On text that is not JSON it counts brackets outside string-like spans, which is still a bound."""
     brackets = _STRING.sub(b"", raw).translate(_CURLY_AS_SQUARE, _NOT_BRACKETS)
     for _ in range(limit):
         if not brackets:
@@ -253,8 +256,9 @@ def describe_errors(errors: list[Any]) -> tuple[str, str | None]:
     return (f"{param}: {message}" if param else message), param
 
 
-def _check_messages(messages: list[Message]) -> None:
-    """What the schema cannot say: which roles need content, tool results name their call, text parts only."""
+def _check_messages(messages: list[Message], limits: ServeLimits) -> None:
+    """What the schema cannot say: which roles need content, tool results name their call, text parts
+    only, and call arguments (JSON text the formats parse) no deeper than the body may nest."""
     for i, m in enumerate(messages):
         at = f"messages.{i}"
         if m.role == "assistant":
@@ -270,6 +274,10 @@ def _check_messages(messages: list[Message]) -> None:
                 f"{at}.tool_call_id: a tool message must name the tool_call_id it answers",
                 param=f"{at}.tool_call_id",
             )
+        for j, call in enumerate(m.tool_calls or []):
+            if _too_deep(call.function.arguments.encode("utf-8"), limits.max_json_depth):
+                param = f"{at}.tool_calls.{j}.function.arguments"
+                raise ApiError(400, f"{param}: nests deeper than {limits.max_json_depth} levels", param=param)
         for j, part in enumerate(m.content if isinstance(m.content, list) else []):
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = str(part.get("type"))[:40]
@@ -302,6 +310,6 @@ def parse_chat_request(raw: bytes, limits: ServeLimits) -> ChatRequest:
     except ValidationError as exc:
         message, param = describe_errors(exc.errors())
         raise ApiError(400, message, param=param) from None
-    _check_messages(req.messages)
+    _check_messages(req.messages, limits)
     requested_max_tokens(req, limits)
     return req
