@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentrft.jsonl import JsonlError, parse_object
+from agentrft.inputs import InputError, parse_object
 
 
 def read_step_metrics(path: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -18,7 +18,7 @@ def read_step_metrics(path: Path) -> tuple[list[dict[str, Any]], bool]:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise JsonlError(f"{path}: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
     lines = text.splitlines()
     torn = False
     rows: list[dict[str, Any]] = []
@@ -26,13 +26,13 @@ def read_step_metrics(path: Path) -> tuple[list[dict[str, Any]], bool]:
         if not line.strip():
             continue
         try:
-            row = parse_object(line, f"{path}:{no}")
-        except JsonlError:
+            row = parse_object(line, f"{path}:{no}", check=False)  # our own file: a NaN loss is a value
+        except InputError:
             if no == len(lines) and not text.endswith("\n"):  # cut short by a crash: the last write only
                 torn = True
                 break
             raise
         if not isinstance(row.get("step"), int | float):
-            raise JsonlError(f"{path}:{no}: a metrics line needs a numeric 'step'")
+            raise InputError(f"{path}:{no}: a metrics line needs a numeric 'step'")
         rows.append(row)
     return rows, torn

@@ -85,7 +85,7 @@ def test_bad_file_is_one_line_error_and_nonzero_exit(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), ["finqa", "evaluate", str(bad), gold])
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0
-    assert result.stderr.startswith(f"error: {bad}: invalid JSON at line 1")
+    assert result.stderr.startswith(f"error: {bad}:1: invalid JSON (Expecting property name")
     assert "Traceback" not in result.output
 
 

@@ -58,7 +58,7 @@ def test_jsonl_tools_module(tmp_path: Path) -> None:
     [
         ("{not json", "d.jsonl:2: invalid JSON"),
         ("[1, 2]", "d.jsonl:2: expected a JSON object"),
-        ({"answer": 1}, "d.jsonl:2: field 'messages' must be a non-empty list"),
+        ({"answer": 1}, "d.jsonl:2: field 'messages': must be a non-empty list"),
         (
             {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
             "d.jsonl:2: field 'messages': the last message must be from the user",
@@ -66,7 +66,11 @@ def test_jsonl_tools_module(tmp_path: Path) -> None:
         ({"messages": [{"role": "robot", "content": "a"}]}, "d.jsonl:2: field 'messages[0].role'"),
         (
             {"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]},
-            "d.jsonl:2: field 'tools[0].function.name' is missing",
+            "d.jsonl:2: field 'tools[0].function': must be an object",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {}}]},
+            "d.jsonl:2: field 'tools[0].function.name': must be 1-64 letters",
         ),
     ],
 )

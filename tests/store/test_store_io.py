@@ -73,8 +73,14 @@ def test_parquet_flat_columns(store: Store, tmp_path: Path) -> None:
 def test_empty_export(store: Store, other: Store, tmp_path: Path) -> None:
     assert store.export_parquet(tmp_path / "e.parquet") == 0
     assert store.export_jsonl(tmp_path / "e.jsonl") == 0
-    assert other.import_parquet(tmp_path / "e.parquet").imported == 0
-    assert other.import_jsonl(tmp_path / "e.jsonl").imported == 0
+    assert other.import_parquet(tmp_path / "e.parquet").imported == 0  # a schema and no rows: zero, on purpose
+    # An empty JSONL file cannot be told from a wrong or truncated one: refused, and nothing is written.
+    with pytest.raises(BadRecordError, match=r"^e\.jsonl: empty file \(no records\)$"):
+        other.import_jsonl(tmp_path / "e.jsonl")
+    (tmp_path / "c.jsonl").write_text("\n  \n")
+    with pytest.raises(BadRecordError, match="empty file"):
+        other.import_chat_logs(tmp_path / "c.jsonl", run_id="logs")
+    assert other.count_trajectories() == 0 and not other.has_run("logs")
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:
@@ -147,7 +153,7 @@ def test_other_bad_inputs(store: Store, tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no such file"):
         store.import_jsonl(tmp_path / "missing.jsonl")
     (tmp_path / "bin.jsonl").write_bytes(b'{"id": "\xff"}\n')
-    with pytest.raises(BadRecordError, match="bin.jsonl line 1: not valid JSON"):
+    with pytest.raises(BadRecordError, match=r"bin\.jsonl line 1: not UTF-8 text \(byte 0xff at byte 9\)$"):
         store.import_jsonl(tmp_path / "bin.jsonl")
     _write_lines(tmp_path / "list.jsonl", ["[1, 2]"])
     with pytest.raises(BadRecordError, match="list.jsonl line 1: Input should be"):
@@ -301,7 +307,7 @@ def test_chat_log_bad_lines(store: Store, tmp_path: Path) -> None:
     assert report.imported == 1
     assert [p.message for p in report.problems] == [
         "chat.jsonl line 2: field 'messages': missing",
-        "chat.jsonl line 3: field 'messages.0.role': Input should be 'system', 'user', 'assistant', 'tool' or 'developer'",
-        "chat.jsonl line 4: not valid JSON: Expecting property name enclosed in double quotes at column 2",
+        "chat.jsonl line 3: field 'messages[0].role': must be one of system, user, assistant, tool, developer; not 'robot'",
+        "chat.jsonl line 4: invalid JSON (Expecting property name enclosed in double quotes at column 2)",
         "chat.jsonl line 5: expected a JSON object with 'messages', got list",
     ]

@@ -6,8 +6,9 @@ sample). A SAMPLES line is `{"output_text": …}`, a full sample
 `--json` prints one object per pair: `{"index", "reward", "sub_rewards",
 "errors" (flag names), "success"}`; otherwise one readable line per pair and a
 summary. The spec is validated (one line naming its JSON path) before any
-sample is read; a bad JSONL line is reported as `FILE:LINE: why`. Exit codes:
-0 ok, 2 bad input.
+sample is read; a bad JSONL line is reported as `FILE:LINE: why`, and a sample
+that carries chat `messages` must be a valid conversation (`openai_rows`).
+Exit codes: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from typing import Any
 import typer
 
 from agentrft.cli.support import fail
-from agentrft.jsonl import JsonlError, read_objects
+from agentrft.inputs import InputError, read_jsonl
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     try:
-        return read_objects(path)
-    except JsonlError as err:
+        return read_jsonl(path)
+    except InputError as err:
         raise fail(str(err), code=2) from None
 
 
@@ -40,6 +41,7 @@ def grade_command(
 ) -> None:
     """Grade SAMPLES against ITEMS with the grader spec G and print the rewards."""
     from agentrft.graders import GraderSpecError, LoadOptions, Sample, agrade_many, load_grader, summarize_grades
+    from agentrft.openai_rows import parse_messages
 
     try:
         g = load_grader(grader, LoadOptions(base_url=base_url, concurrency=concurrency))
@@ -55,6 +57,11 @@ def grade_command(
         )
     pairs = []
     for k, (no, obj) in enumerate(sample_rows):
+        try:
+            if "messages" in obj:
+                parse_messages(obj["messages"], f"{samples}:{no}")
+        except InputError as e:
+            raise fail(str(e), code=2) from None
         try:
             s = Sample.from_dict(obj)
         except ValueError as e:

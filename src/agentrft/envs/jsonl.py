@@ -14,15 +14,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.toolbox_episode import ToolboxEpisode
-from agentrft.jsonl import JsonlError, parse_object
+from agentrft.inputs import InputError, parse_object, read_json, read_text
+from agentrft.openai_rows import parse_messages, parse_tools
 from agentrft.tools.base import ToolResult
 from agentrft.tools.registry import Tool, Toolbox, error_result
 from agentrft.types import Message, Task
@@ -33,7 +31,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class JsonlDataError(JsonlError):
+class JsonlDataError(InputError):
     """A dataset or grader file could not be read; the message names file, line and field."""
 
 
@@ -46,65 +44,58 @@ def _load_module(spec: str) -> Any:
         if mspec is None or mspec.loader is None:
             raise JsonlDataError(f"{spec}: cannot load as a Python module")
         module = importlib.util.module_from_spec(mspec)
-        mspec.loader.exec_module(module)
+        try:
+            mspec.loader.exec_module(module)
+        except Exception as exc:  # the user's module: whatever it raises is a bad input, named in one line
+            raise JsonlDataError(f"{spec}: the tools module failed to import: {type(exc).__name__}: {exc}") from None
         return module
-    return importlib.import_module(spec)
+    try:
+        return importlib.import_module(spec)
+    except Exception as exc:
+        raise JsonlDataError(f"{spec}: the tools module failed to import: {type(exc).__name__}: {exc}") from None
 
 
 def parse_row(line: str, where: str) -> Task:
     """One JSONL line as a Task; JsonlDataError names `where` (file:line) and the field."""
     try:
         row = parse_object(line, where)
-    except JsonlError as exc:
+        messages = parse_messages(row.get("messages"), where)
+        tools = parse_tools(row["tools"], where) if row.get("tools") is not None else None
+    except InputError as exc:
         raise JsonlDataError(str(exc)) from None
-    messages = row.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise JsonlDataError(f"{where}: field 'messages' must be a non-empty list of chat messages")
-    parsed = []
-    for i, m in enumerate(messages):
-        try:
-            parsed.append(Message.model_validate(m))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise JsonlDataError(f"{where}: field 'messages[{i}]{'.' + loc if loc else ''}': {err['msg']}") from None
-    if parsed[-1].role != "user":
+    if messages[-1].role != "user":
         raise JsonlDataError(
-            f"{where}: field 'messages': the last message must be from the user, not {parsed[-1].role!r}"
+            f"{where}: field 'messages': the last message must be from the user, not {messages[-1].role!r}"
         )
-    tools = row.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise JsonlDataError(f"{where}: field 'tools' must be a list of function tool schemas")
-        for i, t in enumerate(tools):
-            name = (
-                t.get("function", {}).get("name")
-                if isinstance(t, dict) and isinstance(t.get("function"), dict)
-                else None
-            )
-            if not isinstance(name, str) or not name:
-                raise JsonlDataError(f"{where}: field 'tools[{i}].function.name' is missing")
     data = {k: v for k, v in row.items() if k not in ("messages", "tools")}
     row_id = row.get("id")
-    task_id = (
-        str(row_id)
-        if isinstance(row_id, str | int)
-        else "jsonl-" + hashlib.sha256(line.strip().encode()).hexdigest()[:16]
-    )
-    return Task(id=task_id, env="jsonl", messages=parsed, tools=tools, data=data)
+    if row_id is not None and (isinstance(row_id, bool) or not isinstance(row_id, str | int) or row_id == ""):
+        raise JsonlDataError(f"{where}: field 'id': must be a non-empty string or an integer")
+    task_id = str(row_id) if row_id is not None else "jsonl-" + hashlib.sha256(line.strip().encode()).hexdigest()[:16]
+    return Task(id=task_id, env="jsonl", messages=messages, tools=tools, data=data)
 
 
 def load_jsonl_tasks(path: str | Path) -> list[Task]:
-    path = Path(path)
+    """The tasks of an RFT JSONL file; an empty file or two rows with one task id are refused."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise JsonlDataError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JsonlDataError(f"{path}: cannot read: {exc}") from None
-    tasks = [parse_row(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+        lines = read_text(path).splitlines()
+    except InputError as exc:
+        raise JsonlDataError(str(exc)) from None
+    tasks: list[Task] = []
+    first_line: dict[str, int] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        task = parse_row(line, f"{path}:{n}")
+        if task.id in first_line:
+            raise JsonlDataError(
+                f"{path}:{n}: field 'id': task id {task.id!r} is already used on line {first_line[task.id]} "
+                "(ids name tasks in results and stores; make them unique)"
+            )
+        first_line[task.id] = n
+        tasks.append(task)
     if not tasks:
-        raise JsonlDataError(f"{path}: no rows")
+        raise JsonlDataError(f"{path}: empty file (expected one RFT row per line)")
     return tasks
 
 
@@ -161,11 +152,9 @@ class JsonlEnv(Environment):
     @staticmethod
     def _read_grader(path: str | Path) -> dict[str, Any]:
         try:
-            spec = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise JsonlDataError(f"{path}: grader spec file not found") from None
-        except json.JSONDecodeError as exc:
-            raise JsonlDataError(f"{path}:{exc.lineno}: invalid JSON in grader spec ({exc.msg})") from None
+            spec = read_json(path)
+        except InputError as exc:
+            raise JsonlDataError(f"grader spec {exc}") from None
         if not isinstance(spec, dict) or "type" not in spec:
             raise JsonlDataError(f"{path}: a grader spec must be a JSON object with a 'type' field")
         return spec

@@ -22,10 +22,11 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from agentrft.inputs import InputError
 from agentrft.types import Cost, Grade, GradeError, Message, Trajectory
 
 
-class GraderSpecError(ValueError):
+class GraderSpecError(InputError):
     """A malformed grader spec, found at load time. `path` is the JSON path of the fault."""
 
     def __init__(self, path: str, message: str, flag: str | None = None) -> None:

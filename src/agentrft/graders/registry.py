@@ -10,7 +10,6 @@ anything runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentrft.graders.base import Grader, GraderSpecError
+from agentrft.inputs import InputError, loads_json, read_structured
 
 G = TypeVar("G", bound=type[Grader])
 _REGISTRY: dict[str, type[Grader]] = {}
@@ -138,31 +138,19 @@ def load_grader(spec: dict[str, Any] | str | Path, options: LoadOptions | None =
         path = Path(spec)
         origin = str(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise GraderSpecError(origin, f"cannot read grader spec: {e.strerror or e}") from None
-        spec = _parse_text(text, origin, yaml_ok=path.suffix.lower() in (".yaml", ".yml"))
+            spec = read_structured(path, default=".json")
+        except InputError as e:
+            raise GraderSpecError("", str(e)) from None
         if options.base_dir is None:
             options = dataclasses.replace(options, base_dir=path.parent)
     elif isinstance(spec, str):
-        spec = _parse_text(spec, "", yaml_ok=False)
+        try:
+            spec = loads_json(spec)
+        except InputError as e:
+            raise GraderSpecError("", f"grader spec: {e}") from None
     try:
         return build_grader(spec, "", options)
     except GraderSpecError as e:
         if origin:
             raise GraderSpecError(f"{origin}: {e.path}" if e.path else origin, e.message, e.flag) from None
         raise
-
-
-def _parse_text(text: str, origin: str, *, yaml_ok: bool) -> Any:
-    if yaml_ok:
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise GraderSpecError(origin, f"invalid YAML: {e}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GraderSpecError(origin, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None

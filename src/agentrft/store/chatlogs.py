@@ -6,7 +6,8 @@ trajectory's `metadata` (and `model` / `task_id`, when strings, also fill
 loop's convention: each assistant `tool_calls` entry becomes a ToolCallEvent
 whose result is the `tool` message answering it, and the last assistant
 message, when it has no tool calls, is the final answer. There are no token
-ids in a chat log, so `tokens` is None (an eval-only trajectory).
+ids in a chat log, so `tokens` is None (an eval-only trajectory). The messages
+must be a valid OpenAI conversation (`agentrft.openai_rows`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
+from agentrft.inputs import InputError
+from agentrft.openai_rows import parse_messages
 from agentrft.types import EnvRef, Event, FinalAnswerEvent, Message, ToolCallEvent, Trajectory
-
-_MESSAGES = TypeAdapter(list[Message])
 
 CHAT_LOG_ENV = "chat-log"
 
 
-class ChatLogError(ValueError):
+class ChatLogError(InputError):
     """A chat log record with the wrong shape; the message names the field."""
 
 
@@ -36,18 +35,15 @@ def _parse_arguments(text: str) -> dict[str, Any] | str:
 
 
 def chat_record_to_trajectory(record: Any, *, run_id: str) -> Trajectory:
-    """Build the trajectory of one chat log record (raises ValidationError / ChatLogError)."""
+    """Build the trajectory of one chat log record (raises ChatLogError naming the field)."""
     if not isinstance(record, dict):
         raise ChatLogError(f"expected a JSON object with 'messages', got {type(record).__name__}")
     if "messages" not in record:
         raise ChatLogError("field 'messages': missing")
     try:
-        messages = _MESSAGES.validate_python(record["messages"])
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = ".".join(["messages", *(str(p) for p in err["loc"])])
-        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ChatLogError(f"field '{loc}': {err['msg']}{more}") from None
+        messages = parse_messages(record["messages"])
+    except InputError as exc:
+        raise ChatLogError(str(exc)) from None
 
     # Results of tool calls, by call id (the tool message that answers each call).
     results: dict[str, str] = {}

@@ -4,6 +4,10 @@ Imports run in ONE write transaction: a bad record (invalid JSON, failed
 validation, id already stored) aborts the whole import with one message of the
 form `FILE line N: field 'a.b': reason` and nothing is written. With
 `skip_bad=True` the bad records are skipped and listed in the ImportReport.
+Records are read as strictly as every other input (`agentrft.inputs`: no NaN
+or Infinity, no integers past 64 bits, no lone surrogates), and a file
+without any record is refused (a Parquet file of no rows, as exporting an
+empty selection writes, imports as nothing).
 
 Parquet layout: one row per trajectory with flat, queryable columns (ids,
 status, reward, counts, final answer ...) plus `trajectory`, the full JSON
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from agentrft.inputs import decode_text, loads_json
 from agentrft.store.chatlogs import ChatLogError, chat_record_to_trajectory
 from agentrft.store.errors import BadRecordError, DuplicateIdError, StoreError
 from agentrft.types import Trajectory
@@ -184,13 +190,22 @@ _Records = Iterable[tuple[int, Callable[[], Trajectory]]]
 
 
 def _run_import(
-    store: Store, path: Path, records: _Records, *, skip_bad: bool, run_id: str | None, unit: str = "line"
+    store: Store,
+    path: Path,
+    records: _Records,
+    *,
+    skip_bad: bool,
+    run_id: str | None,
+    unit: str = "line",
+    empty_ok: bool = False,
 ) -> ImportReport:
     report = ImportReport(path=str(path))
+    seen = 0
     with store.transaction() as tx:
         if run_id is not None:
             tx.ensure_run(run_id, "import")
         for number, load in records:
+            seen += 1
             try:
                 traj = load()
                 if run_id is not None and traj.run_id != run_id:
@@ -203,6 +218,8 @@ def _run_import(
                 report.problems.append(SkippedRecord(line=number, message=message))
                 continue
             report.ids.append(traj.id)
+        if not seen and not empty_ok:
+            raise BadRecordError(f"{path.name}: empty file (no records)")
     report.imported = len(report.ids)
     report.skipped = len(report.problems)
     return report
@@ -218,15 +235,28 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line
 
 
+# What pydantic's JSON parser would let through but `inputs.check_value` refuses: NaN/Infinity,
+# escapes of surrogates, integers past 64 bits, floats past the exponent range. A line that may
+# hold one is read the strict (slower) way first; the others go straight to pydantic.
+_SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|[0-9]{19}|[eE][+-]?[0-9]{3}")
+
+
+def _load_trajectory(line: bytes) -> Trajectory:
+    text = decode_text(line, "")
+    if _SUSPECT.search(line):
+        loads_json(text)
+    return Trajectory.model_validate_json(text)
+
+
 def import_jsonl(store: Store, path: str | Path, *, skip_bad: bool = False, run_id: str | None = None) -> ImportReport:
     """Import trajectories from JSONL (one Trajectory JSON per line); `run_id` reassigns them to that run."""
     path = Path(path)
-    records = ((n, lambda line=line: Trajectory.model_validate_json(line)) for n, line in _lines(path))
+    records = ((n, lambda line=line: _load_trajectory(line)) for n, line in _lines(path))
     return _run_import(store, path, records, skip_bad=skip_bad, run_id=run_id)
 
 
 def _load_chat(line: bytes, run_id: str) -> Trajectory:
-    record = json.loads(line.decode("utf-8"))
+    record = loads_json(decode_text(line, ""))
     return chat_record_to_trajectory(record, run_id=run_id)
 
 
@@ -267,13 +297,14 @@ def import_parquet(
                 number += 1
                 yield number, partial(_load_parquet_value, value)
 
-    return _run_import(store, path, rows(), skip_bad=skip_bad, run_id=run_id, unit="row")
+    # A Parquet file with no rows is what exporting an empty selection writes: it imports as nothing.
+    return _run_import(store, path, rows(), skip_bad=skip_bad, run_id=run_id, unit="row", empty_ok=True)
 
 
 def _load_parquet_value(value: str | None) -> Trajectory:
     if value is None:
         raise ValueError("field 'trajectory': null")
-    return Trajectory.model_validate_json(value)
+    return _load_trajectory(value.encode("utf-8"))
 
 
 __all__ = [

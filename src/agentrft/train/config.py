@@ -3,6 +3,8 @@
 Load with `load_config(path, overrides)` from YAML or TOML; `--set a.b=c`
 overrides are parsed as YAML scalars (``3`` int, ``1e-5`` float, ``true`` bool,
 ``[1,2]`` list) and validated with the rest, so an error names the dotted key.
+Files are read by `agentrft.inputs` (UTF-8, bounded nesting, no NaN), and an
+empty file is refused rather than read as "all defaults".
 Presets (`PRESETS`) are Python constants. Every option documents itself here.
 """
 
@@ -11,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -27,7 +30,7 @@ class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A bad config file, key or value; the message names the file and the dotted key."""
 
 
@@ -228,9 +231,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. optimizer.lr=1e-5")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: cannot parse value {raw!r}: {exc}") from None
+        value = loads_yaml(raw) if raw.strip() else ""
+    except InputError as exc:
+        raise ConfigError(f"--set {key}: cannot use value {raw[:80]!r}: {exc}") from None
     if isinstance(value, str) and value.strip():  # YAML reads 1e-5 as a string
         with contextlib.suppress(ValueError):
             value = float(value)
@@ -239,15 +242,11 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}") from None
-    if data is None:
-        return {}
+        data = read_structured(path, default=".yaml")
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    if data is None or data == {}:
+        raise ConfigError(f"{path}: empty config (set at least one option, or train a preset: {', '.join(PRESETS)})")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data
@@ -259,6 +258,10 @@ def build_config(base: dict[str, Any], overrides: Sequence[str] = (), source: st
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(data, key, value)
+    try:
+        check_value(data, source)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:

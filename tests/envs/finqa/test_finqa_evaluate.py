@@ -148,7 +148,7 @@ def test_load_finqa_json_file_errors(tmp_path: Path) -> None:
         load_finqa_json(tmp_path / "absent.json")
     bad = tmp_path / "bad.json"
     bad.write_text('[{"id": "a",]', encoding="utf-8")
-    with pytest.raises(FinqaDataError, match="invalid JSON at line 1"):
+    with pytest.raises(FinqaDataError, match=r"bad\.json:1: invalid JSON \(Expecting"):
         load_finqa_json(bad)
     with pytest.raises(FinqaDataError, match="expected a JSON list"):
         load_finqa_json(write(tmp_path / "obj.json", {"id": "a"}))

@@ -10,14 +10,16 @@ down to what it needs still evaluate); the environment uses it, when present, as
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrft import inputs
+from agentrft.inputs import InputError
 
-class FinqaDataError(ValueError):
+
+class FinqaDataError(InputError):
     """A FinQA file could not be read; the message names the file, record and field."""
 
 
@@ -71,18 +73,12 @@ def parse_finqa_records(data: Any, source: str) -> list[FinqaRecord]:
 
 
 def read_json(path: str | Path) -> Any:
-    """Decode a JSON file, turning I/O and syntax problems into one-line FinqaDataError messages."""
-    path = Path(path)
+    """Decode a JSON file strictly (`agentrft.inputs`): I/O, encoding and syntax problems become
+    one-line FinqaDataError messages."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FinqaDataError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise FinqaDataError(f"{path}: cannot read: {err}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise FinqaDataError(f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+        return inputs.read_json(path)
+    except InputError as err:
+        raise FinqaDataError(str(err)) from None
 
 
 def load_finqa_json(path: str | Path) -> list[FinqaRecord]:
