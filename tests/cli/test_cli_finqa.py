@@ -8,8 +8,6 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from agentrft.cli import finqa as finqa_cli
-
 GOLD = [
     {
         "pre_text": [],
@@ -35,13 +33,8 @@ PRED = [
 
 
 def _app() -> typer.Typer:
-    app = typer.Typer()
+    from agentrft.cli.main import app  # the real root: it maps errors to exit codes for every command
 
-    @app.callback()
-    def _root() -> None:  # a callback keeps `finqa` a sub-command, as in the real CLI
-        pass
-
-    finqa_cli.register(app)
     return app
 
 
@@ -83,7 +76,7 @@ def test_bad_file_is_one_line_error_and_nonzero_exit(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
     result = CliRunner().invoke(_app(), ["finqa", "evaluate", str(bad), gold])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0
     assert result.stderr.startswith(f"error: {bad}:1: invalid JSON (Expecting property name")
     assert "Traceback" not in result.output

@@ -112,7 +112,7 @@ def test_import_bad_file_and_skip_bad(tmp_path: Path) -> None:
     bad.write_text(make_traj(1).to_json() + "\n" + '{"status": 3}\n')
     db = tmp_path / "i.db"
     code, out, err = _run("import", str(bad), "--db", str(db))
-    assert code == 1 and out == ""
+    assert code == 2 and out == "" and not db.exists()  # refused: not even an empty store is left
     assert (
         err
         == "error: bad.jsonl line 2: field 'status': Input should be 'completed', 'max_turns', 'truncated' or 'error'\n"
@@ -147,10 +147,10 @@ def test_import_chat_logs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["show", "NOPE"], 1, "error: no trajectory with id (or id prefix) 'NOPE'"),
+        (["show", "NOPE"], 2, "error: no trajectory with id (or id prefix) 'NOPE'"),
         (["export", "out.csv"], 2, "error: out.csv: the file name must end in .jsonl or .parquet"),
         (["import", "in.jsonl", "--chat-logs"], 2, "error: --chat-logs reads a .jsonl file and needs --run NAME"),
-        (["import", "missing.jsonl"], 1, "error: missing.jsonl: no such file"),
+        (["import", "missing.jsonl"], 2, "error: missing.jsonl: no such file"),
     ],
 )
 def test_errors_are_one_line(
@@ -165,7 +165,7 @@ def test_errors_are_one_line(
 def test_missing_db_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     code, _, err = _run("list")
-    assert (code, err) == (1, "error: no store at runs/agentrft.db (pass --db PATH)\n")
+    assert (code, err) == (2, "error: no store at runs/agentrft.db (pass --db PATH)\n")
     (tmp_path / "t.jsonl").write_text(make_traj(1).to_json() + "\n")
     code, _, _ = _run("import", "t.jsonl")  # creates runs/ and the default store
     assert code == 0 and (tmp_path / "runs" / "agentrft.db").is_file()
@@ -177,5 +177,5 @@ def test_entry_point_subprocess(db: Path) -> None:
     exe = Path(sys.executable).with_name("agentrft")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "agentrft.cli.main"]
     proc = subprocess.run([*cmd, "traj", "show", "ZZZ", "--db", str(db)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: no trajectory with id") and "Traceback" not in proc.stderr

@@ -12,6 +12,7 @@ from eval_fakes import FakeEnv, FakeSampler, install_fake_graders, install_fake_
 from typer.testing import CliRunner
 
 from agentrft.cli.main import app
+from agentrft.inputs import InputError
 
 TASKS = [make_task(t, 2, level=i % 2 + 1) for i, t in enumerate("abcd")]
 cli = CliRunner()
@@ -33,7 +34,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def make_env(spec: str) -> FakeEnv:
         if spec != "fake:1":
-            raise ValueError(f"unknown environment {spec!r}")
+            raise InputError(f"unknown environment {spec!r}")  # as the real registry: bad input, exit 2
         return env
 
     monkeypatch.setattr(reg, "make_env", make_env)
@@ -103,22 +104,22 @@ def test_check_json(fakes: dict[str, Any]) -> None:
 
 def test_errors_are_one_line(tmp_path: Path, fakes: dict[str, Any]) -> None:
     r = _run(["eval", "--env", "nope:1", "--policy", "weak", "--db", str(tmp_path / "x.db")])
-    assert r.exit_code == 1 and r.stderr.strip() == "error: unknown environment 'nope:1'"
+    assert r.exit_code == 2 and r.stderr.strip() == "error: unknown environment 'nope:1'"
     r = _run(["eval", "--compare", "a", "b", "--db", str(tmp_path / "missing.db")])
-    assert r.exit_code == 1 and "no store at" in r.stderr
+    assert r.exit_code == 2 and "no store at" in r.stderr
     r = _run(["eval", "--policy", "weak"])
     assert r.exit_code == 2 and "pass --env" in r.stderr
     r = _run(["report", str(tmp_path / "nodir")])
-    assert r.exit_code == 1 and "is not a directory" in r.stderr
+    assert r.exit_code == 2 and "is not a directory" in r.stderr
     (tmp_path / "empty").mkdir()
     r = _run(["report", str(tmp_path / "empty")])
-    assert r.exit_code == 1 and "agentrft.db not found" in r.stderr
+    assert r.exit_code == 2 and "agentrft.db not found" in r.stderr
     r = _run(["export", "--db", str(tmp_path / "x.db"), "--run", "r", "--format", "csv", str(tmp_path / "o")])
     assert r.exit_code == 2 and "unknown --format 'csv'" in r.stderr
     db = tmp_path / "s.db"
     _run(["eval", "--env", "fake:1", "--policy", "weak", "--samples", "2", "--db", str(db), "--json"])
     r = _run(["export", "--db", str(db), "--run", "nosuch", "--format", "sft", str(tmp_path / "o")])
-    assert r.exit_code == 1 and "no run with id or name 'nosuch'" in r.stderr
+    assert r.exit_code == 2 and "no run with id or name 'nosuch'" in r.stderr
     assert "Traceback" not in r.output
 
 

@@ -150,4 +150,4 @@ def test_cli_rollout_json(tmp_path) -> None:
         trajs = store.query_trajectories(run_id=summary["run_id"])
         assert len(trajs) == 4 and all(t.grade is not None for t in trajs)
     bad = CliRunner().invoke(app, ["rollout", "--env", "nope", "--policy", "tiny"])
-    assert bad.exit_code == 1 and "unknown environment" in bad.output
+    assert bad.exit_code == 2 and "unknown environment" in bad.output

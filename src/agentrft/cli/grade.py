@@ -20,15 +20,21 @@ from typing import Any
 
 import typer
 
-from agentrft.cli.support import fail
-from agentrft.inputs import InputError, read_jsonl
+from agentrft.cli.support import fail, user_errors
+from agentrft.inputs import read_jsonl
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
+def _sample(obj: dict[str, Any], where: str) -> Any:
+    from agentrft.graders import Sample
+    from agentrft.openai_rows import parse_messages
+
+    if "messages" in obj:
+        parse_messages(obj["messages"], where)
     try:
-        return read_jsonl(path)
-    except InputError as err:
-        raise fail(str(err), code=2) from None
+        return Sample.from_dict(obj)
+    except ValueError as e:
+        first = str(e).splitlines()[0]
+        raise fail(f"{where}: not a sample or trajectory ({first})", code=2) from None
 
 
 def grade_command(
@@ -40,34 +46,22 @@ def grade_command(
     concurrency: int = typer.Option(16, "--concurrency", min=1, help="Grades in flight (async graders)."),
 ) -> None:
     """Grade SAMPLES against ITEMS with the grader spec G and print the rewards."""
-    from agentrft.graders import GraderSpecError, LoadOptions, Sample, agrade_many, load_grader, summarize_grades
-    from agentrft.openai_rows import parse_messages
+    from agentrft.graders import LoadOptions, agrade_many, load_grader, summarize_grades
 
-    try:
+    with user_errors():
         g = load_grader(grader, LoadOptions(base_url=base_url, concurrency=concurrency))
-    except GraderSpecError as e:
-        raise fail(str(e), code=2) from None
-    item_rows = _read_jsonl(items)
-    sample_rows = _read_jsonl(samples)
-    if len(item_rows) != 1 and len(item_rows) != len(sample_rows):
-        raise fail(
-            f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
-            "(give one item per sample, or a single item)",
-            code=2,
-        )
-    pairs = []
-    for k, (no, obj) in enumerate(sample_rows):
-        try:
-            if "messages" in obj:
-                parse_messages(obj["messages"], f"{samples}:{no}")
-        except InputError as e:
-            raise fail(str(e), code=2) from None
-        try:
-            s = Sample.from_dict(obj)
-        except ValueError as e:
-            first = str(e).splitlines()[0]
-            raise fail(f"{samples}:{no}: not a sample or trajectory ({first})", code=2) from None
-        pairs.append((s, item_rows[0 if len(item_rows) == 1 else k][1]))
+        item_rows = read_jsonl(items)
+        sample_rows = read_jsonl(samples)
+        if len(item_rows) != 1 and len(item_rows) != len(sample_rows):
+            raise fail(
+                f"{items} has {len(item_rows)} items but {samples} has {len(sample_rows)} samples "
+                "(give one item per sample, or a single item)",
+                code=2,
+            )
+        pairs = [
+            (_sample(obj, f"{samples}:{no}"), item_rows[0 if len(item_rows) == 1 else k][1])
+            for k, (no, obj) in enumerate(sample_rows)
+        ]
     grades = asyncio.run(agrade_many(g, pairs, concurrency=concurrency))
     for k, gr in enumerate(grades):
         flags = [e.flag for e in gr.errors]

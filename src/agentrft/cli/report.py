@@ -17,7 +17,10 @@ def report_command(
     if not run_dir.is_dir():
         raise fail(f"{run_dir} is not a directory (expected a run directory holding agentrft.db)")
     with user_errors():
-        from agentrft.eval.report import write_report
+        from agentrft.eval.report import DB_NAME, write_report
+
+        if not (run_dir / DB_NAME).is_file():
+            raise fail(f"{run_dir / DB_NAME} not found: a run directory holds its store as {DB_NAME}")
 
         path = write_report(run_dir, out)
     typer.echo(f"wrote {path}")

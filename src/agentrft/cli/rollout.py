@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from agentrft.cli.support import fail, open_store
+
 
 def rollout(
     env_spec: str = typer.Option("finqa-lite:1", "--env", help="Environment spec, e.g. finqa-lite:1,2 or jsonl:PATH."),
@@ -25,25 +27,16 @@ def rollout(
     from agentrft.rollout.formats import FORMAT_NAMES
 
     if tool_format not in FORMAT_NAMES:
-        typer.echo(f"error: unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}", err=True)
-        raise typer.Exit(2)
+        raise fail(f"unknown --tool-format {tool_format!r}; valid: {', '.join(FORMAT_NAMES)}")
     from agentrft.envs.registry import make_env
-    from agentrft.samplers.policies import PolicyError, load_policy
+    from agentrft.samplers.policies import load_policy
 
-    try:
-        env = make_env(env_spec)
-        tasks = env.tasks(split)[:num_tasks]
-    except (ValueError, OSError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+    # Errors of the environment spec, its data and the policy name exit 2 (cli.support).
+    env = make_env(env_spec)
+    tasks = env.tasks(split)[:num_tasks]
     if not tasks:
-        typer.echo(f"error: environment {env_spec!r} has no tasks in split {split!r}", err=True)
-        raise typer.Exit(1)
-    try:
-        sampler = load_policy(policy)
-    except (PolicyError, OSError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(f"environment {env_spec!r} has no tasks in split {split!r}")
+    sampler = load_policy(policy)
 
     from agentrft.graders import load_grader
     from agentrft.rollout.runner import Runner
@@ -66,9 +59,7 @@ def rollout(
         },
     )
     if db is not None:
-        from agentrft.store import Store
-
-        store = Store(db)
+        store = open_store(db, create=True)
         store.add_run(run)
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens or env.limits.max_tokens_per_turn)
     runner = Runner(

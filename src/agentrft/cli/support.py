@@ -1,18 +1,29 @@
 """Shared plumbing of the commands: the default store, opening it, finding a run, one-line errors.
 
-Errors become one line on stderr (``error: ...``) and exit status 1; bad usage
-exits 2 (typer's own convention). Never a traceback for bad input. The store
-and eval imports are deferred so that `agentrft --help` stays fast.
+Exit codes, the same for every command (the `agentrft --help` epilog and the README say so too):
+
+* 0 — done;
+* 2 — bad usage or bad input: an unknown option or name, a missing or unreadable file, a file that
+  is not UTF-8, not valid JSON/YAML/TOML, nested too deep, holds NaN or a lone surrogate, or fails
+  validation; an unknown run or trajectory id. Nothing was written.
+* 1 — a failure while running on valid input (a server that does not answer, a full disk, a bug).
+
+Either way stderr gets one line, ``error: ...``, and never a traceback; ``AGENTRFT_DEBUG=1`` lets an
+unexpected error (exit 1) raise with its traceback. `user_errors` does the mapping; `main.py`
+wraps every command in it. The store and eval imports are deferred so that `agentrft --help` stays fast.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import typer
+
+from agentrft.inputs import InputError
 
 if TYPE_CHECKING:
     from agentrft.eval.harness import EvalResult
@@ -20,40 +31,88 @@ if TYPE_CHECKING:
     from agentrft.types import Run
 
 DEFAULT_DB = Path("runs/agentrft.db")
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+DEBUG_ENV = "AGENTRFT_DEBUG"
+_MAX_MESSAGE = 1000
+# typer's own exits and usage errors carry their exit code and message already. Usage errors derive
+# from ClickException, click's or the copy newer typer vendors: found through typer's public BadParameter.
+_CLICK_EXCEPTION = cast(
+    "type[Exception]", next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+)
+_CLI_EXITS: tuple[type[BaseException], ...] = (typer.Exit, typer.Abort, _CLICK_EXCEPTION)
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+def one_line(text: str) -> str:
+    """`text` as one printable line: its first non-blank line, surrogates escaped, clipped."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    line = line.encode("utf-8", "backslashreplace").decode("utf-8")
+    return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 3] + "..."
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print ``error: message`` (one line) on stderr; the Exit to raise. Bad input (2) unless told."""
+    typer.echo(f"error: {one_line(message)}", err=True)
     return typer.Exit(code)
+
+
+def _bad_input_types() -> tuple[type[BaseException], ...]:
+    from agentrft.samplers.policies import PolicyError
+    from agentrft.store.errors import AmbiguousIdError, BadRecordError, DuplicateIdError, NotFoundError
+
+    return (InputError, PolicyError, NotFoundError, AmbiguousIdError, BadRecordError, DuplicateIdError)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the errors bad input produces (values, files, store lookups) into one line + exit 1."""
-    from agentrft.store import StoreError
+    """Map what escapes the block to the exit codes of the module docstring, with one line on stderr.
 
+    The project's bad-input errors (`InputError` and its subclasses: config, grader spec, dataset,
+    environment spec; unknown policy; unknown or duplicate ids; bad import records) exit 2 with
+    their message. Anything else is unexpected: exit 1 with its type and message, or raised as it
+    is when ``AGENTRFT_DEBUG=1``. typer/click exits and usage errors pass through untouched.
+    """
     try:
         yield
-    except (StoreError, ValueError, LookupError, OSError) as err:
-        text = str(err).strip().splitlines()
-        raise fail(text[0] if text else type(err).__name__) from None
+    except _CLI_EXITS:
+        raise
+    except Exception as err:
+        if isinstance(err, _bad_input_types()):
+            raise fail(str(err) or type(err).__name__, EXIT_BAD_INPUT) from None
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        text = one_line(str(err))
+        raise fail(
+            f"{type(err).__name__}{': ' + text if text else ''} ({DEBUG_ENV}=1 shows the traceback)", EXIT_FAILURE
+        ) from None
 
 
 def open_store(db: Path, *, create: bool = False) -> Store:
+    """The store at `db` (created when `create`); a missing or non-SQLite file is bad input."""
+    import sqlite3
+
     from agentrft.store import Store
 
     if not create and not db.is_file():
         raise fail(f"no store at {db} (pass --db PATH)")
-    return Store(db)
+    if db.is_dir():
+        raise fail(f"{db}: is a directory, not a store file (pass --db PATH/agentrft.db)")
+    try:
+        return Store(db)
+    except sqlite3.DatabaseError as err:
+        raise fail(f"{db}: not an agentrft store ({err})") from None
 
 
 def find_run(store: Store, ref: str) -> Run:
     """A run by id, else by its unique name (the latest of that name wins, as users re-run evals)."""
     if store.has_run(ref):
         return store.get_run(ref)
+    from agentrft.store.errors import NotFoundError
+
     named = [r for r in store.list_runs() if r.name == ref]
     if not named:
-        raise ValueError(f"no run with id or name {ref!r} in {store.path}")
+        raise NotFoundError(f"no run with id or name {ref!r} in {store.path}")
     return named[-1]
 
 
@@ -66,6 +125,6 @@ def eval_result_of(store: Store, run: Run) -> EvalResult:
         return result_from_run(run)
     trajs = store.query_trajectories(run_id=run.id)
     if not trajs:
-        raise ValueError(f"run {run.id} ({run.name!r}) has no trajectories to evaluate")
+        raise InputError(f"run {run.id} ({run.name!r}) has no trajectories to evaluate")
     tasks = {tid: Task(id=tid, messages=[], data=d) for tid, d in (run.metadata.get("task_data") or {}).items()}
     return summarize(trajs, tasks, run_id=run.id, run_name=run.name)

@@ -1,15 +1,15 @@
 """`agentrft traj …`: list, show, export and import the trajectories of a store.
 
-Thin over `agentrft.store.Store`. Errors print one line on stderr and exit 1
-(bad data, unknown id) or 2 (bad usage); never a traceback.
+Thin over `agentrft.store.Store`. Errors print one line on stderr and exit 2
+(bad usage, bad data, unknown id) or 1 (a failure while running, e.g. a full
+disk); never a traceback (`cli.support`). A rejected import writes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +23,6 @@ traj_app = typer.Typer(help="Inspect, export and import recorded trajectories.",
 
 _db_opt = typer.Option(DEFAULT_DB, "--db", help="SQLite store file.")
 _json_opt = typer.Option(False, "--json", help="Print JSON for machines instead of a rendering for people.")
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn the store's errors (and OS errors) into one line on stderr + exit 1."""
-    from agentrft.store import StoreError
-    from agentrft.store.io import describe_error
-
-    try:
-        yield
-    except (StoreError, ValueError, OSError) as err:
-        text = describe_error(err) if not isinstance(err, OSError) else str(err)
-        raise fail(text.splitlines()[0] if text else type(err).__name__) from None
 
 
 def _filters(
@@ -98,7 +85,7 @@ def list_cmd(
     from rich.table import Table
 
     filters = _filters(run, task, group, policy_version, min_reward, max_reward, status)
-    with _errors(), open_store(db) as store:
+    with open_store(db) as store:
         total = store.count_trajectories(**filters)
         trajs = store.query_trajectories(**filters, limit=limit, offset=max(0, total - limit))
     rows = [_summary(t) for t in trajs]
@@ -128,7 +115,7 @@ def show_cmd(
     full: bool = typer.Option(False, "--full", help=f"Do not shorten texts longer than {_SHOW_LIMIT} characters."),
 ) -> None:
     """Show one trajectory turn by turn: messages, tool calls and results, final answer, grade."""
-    with _errors(), open_store(db) as store:
+    with open_store(db) as store:
         traj = store.get_trajectory(traj_id)
     if as_json:
         typer.echo(traj.to_json())
@@ -158,7 +145,7 @@ def export_cmd(
     """Export matching trajectories (full records) to JSONL or Parquet."""
     fmt = _check_suffix(out)
     filters = _filters(run, task, group, policy_version, min_reward, max_reward, status)
-    with _errors(), open_store(db) as store:
+    with open_store(db) as store:
         export: Callable[..., int] = store.export_jsonl if fmt == "jsonl" else store.export_parquet
         n = export(out, **filters)
     typer.echo(f"exported {n} trajectories to {out}")
@@ -180,9 +167,10 @@ def import_cmd(
         if fmt != "jsonl" or not run:
             raise fail("--chat-logs reads a .jsonl file and needs --run NAME", code=2)
         chat_run = run
-    with _errors():
-        if not src.is_file():
-            raise fail(f"{src}: no such file")
+    if not src.is_file():
+        raise fail(f"{src}: no such file")
+    new_store = not db.exists()
+    try:
         with open_store(db, create=True) as store:
             if chat_run is not None:
                 report = store.import_chat_logs(src, run_id=chat_run, skip_bad=skip_bad)
@@ -190,6 +178,11 @@ def import_cmd(
                 report = store.import_jsonl(src, skip_bad=skip_bad, run_id=run)
             else:
                 report = store.import_parquet(src, skip_bad=skip_bad, run_id=run)
+    except Exception:
+        if new_store:  # a refused import leaves no empty store behind either
+            for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+                path.unlink(missing_ok=True)
+        raise
     if as_json:
         typer.echo(report.model_dump_json(exclude={"ids"}))
         return

@@ -11,12 +11,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from agentrft.envs.base import Environment
+from agentrft.inputs import InputError
 
 VALID_SPECS = ("finqa-lite", "finqa-lite:LEVELS (e.g. finqa-lite:1,2)", "finqa:PATH.json", "jsonl:PATH[?grader=G.json]")
 
 
-def _unknown(spec: str, why: str = "") -> ValueError:
-    return ValueError(f"unknown environment {spec!r}{': ' + why if why else ''}; valid: {', '.join(VALID_SPECS)}")
+def _unknown(spec: str, why: str = "") -> InputError:
+    return InputError(f"unknown environment {spec!r}{': ' + why if why else ''}; valid: {', '.join(VALID_SPECS)}")
 
 
 def make_env(spec: str, **kwargs: Any) -> Environment:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrft.eval.metrics import pass_curves, wilson_interval
 from agentrft.graders import Grader
+from agentrft.inputs import InputError
 from agentrft.types import FinalAnswerEvent, Grade, Message, Task, Trajectory
 
 Verdict = Literal["worth_it", "not_yet", "not_suitable"]
@@ -241,10 +242,10 @@ async def check_async(
     from agentrft.types import new_id
 
     if samples < 2:
-        raise ValueError(f"check needs at least 2 samples per task to see group variance, got {samples}")
+        raise InputError(f"check needs at least 2 samples per task to see group variance, got {samples}")
     chosen = select_tasks(env.tasks(split), tasks)
     if not chosen:
-        raise ValueError(f"environment {env.name!r} has no tasks in split {split!r}")
+        raise InputError(f"environment {env.name!r} has no tasks in split {split!r}")
     grader = load_grader(env.grader_spec())
     runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
     trajs = await runner.run(chosen, samples, run_id=new_id())

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from agentrft.inputs import InputError
 from agentrft.types import Grade, Message, Task, Trajectory
 
 ExportFormat = Literal["rft", "sft", "dpo", "parquet"]
@@ -236,10 +237,10 @@ def find_task_data(store: Any, run_id: str, trajectories: Sequence[Trajectory]) 
 def export_run(store: Any, run_id: str, fmt: ExportFormat, out: str | Path) -> int:
     """Write the run's trajectories in ``fmt`` to ``out``; returns the number of rows written."""
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+        raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     trajs = store.query_trajectories(run_id=run_id)
     if not trajs:
-        raise ValueError(f"run {run_id!r} has no trajectories")
+        raise InputError(f"run {run_id!r} has no trajectories")
     if fmt == "parquet":
         return write_parquet(trajs, out)
     if fmt == "sft":

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrft.eval.failures import FAILURE_CATEGORIES, classify_failure
 from agentrft.eval.metrics import bootstrap_ci, pass_curves
+from agentrft.inputs import InputError
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.types import GradeError, ModelCallEvent, Run, Task, Trajectory
 
@@ -314,7 +315,7 @@ def summarize(
 def select_tasks(tasks: Sequence[Task], limit: int | None) -> list[Task]:
     """The first ``limit`` tasks (all when None): deterministic, so two evals see the same tasks."""
     if limit is not None and limit < 1:
-        raise ValueError(f"tasks must be at least 1, got {limit}")
+        raise InputError(f"tasks must be at least 1, got {limit}")
     return list(tasks if limit is None else tasks[:limit])
 
 
@@ -349,10 +350,10 @@ async def evaluate_async(
     from agentrft.rollout.runner import Runner
 
     if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
+        raise InputError(f"samples must be at least 1, got {samples}")
     chosen = select_tasks(env.tasks(split), tasks)
     if not chosen:
-        raise ValueError(f"environment {env.name!r} has no tasks in split {split!r}")
+        raise InputError(f"environment {env.name!r} has no tasks in split {split!r}")
     if grader is None:
         from agentrft.graders import load_grader
 
@@ -395,5 +396,5 @@ async def evaluate_async(
 def result_from_run(run: Run) -> EvalResult:
     """The EvalResult stored in an eval run's metadata."""
     if "result" not in run.metadata:
-        raise ValueError(f"run {run.id} ({run.name!r}) holds no eval result (kind {run.kind!r})")
+        raise InputError(f"run {run.id} ({run.name!r}) holds no eval result (kind {run.kind!r})")
     return EvalResult.model_validate(run.metadata["result"])

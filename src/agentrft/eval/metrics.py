@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from agentrft.inputs import InputError
+
 
 def _check(n: int, c: int, k: int) -> None:
     if n < 1 or not 0 <= c <= n:
@@ -147,7 +149,7 @@ def paired_test(
     """Compare two runs on shared tasks from their per-task success rates (or mean rewards)."""
     shared = sorted(set(rates_a) & set(rates_b))
     if not shared:
-        raise ValueError("the two runs share no task; a paired comparison needs the same tasks")
+        raise InputError("the two runs share no task; a paired comparison needs the same tasks")
     diffs = [rates_b[t] - rates_a[t] for t in shared]
     m = len(diffs)
     observed = sum(diffs) / m

@@ -51,6 +51,7 @@ from agentrft.envs.finqa.templates import (
     render_steps,
 )
 from agentrft.envs.finqa.tools import Document, render_table
+from agentrft.inputs import InputError
 from agentrft.types import Message, Task
 
 SPLITS: tuple[str, ...] = ("train", "held-out", "ood")
@@ -105,11 +106,11 @@ class FinqaLite:
     def tasks(self, split: str = "train", levels: Iterable[int] = LEVELS, n: int | None = None) -> list[Task]:
         """`n` (default `counts[split]`) tasks per level, in level order."""
         if split not in SPLITS:
-            raise ValueError(f"unknown finqa-lite split {split!r}; valid splits: {', '.join(SPLITS)}")
+            raise InputError(f"unknown finqa-lite split {split!r}; valid splits: {', '.join(SPLITS)}")
         out: list[Task] = []
         for level in levels:
             if level not in LEVELS:
-                raise ValueError(f"unknown finqa-lite level {level!r}; valid levels: 1, 2, 3, 4")
+                raise InputError(f"unknown finqa-lite level {level!r}; valid levels: 1, 2, 3, 4")
             count = self.counts.get(split, 0) if n is None else n
             key = (split, level)
             if key not in self._cache or len(self._cache[key]) < count:

@@ -18,6 +18,7 @@ from agentrft.envs.finqa.curriculum import LEVELS, FinqaLite, answer_text
 from agentrft.envs.finqa.program import program_to_infix
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.inputs import InputError
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
 
 LEVEL_LIMITS: dict[int, EnvLimits] = {
@@ -54,7 +55,7 @@ def parse_levels(levels: Iterable[int] | int) -> tuple[int, ...]:
     out = (levels,) if isinstance(levels, int) else tuple(sorted(set(levels)))
     bad = [lv for lv in out if lv not in LEVELS]
     if not out or bad:
-        raise ValueError(f"finqa-lite levels must be among 1, 2, 3, 4; got {list(out)}")
+        raise InputError(f"finqa-lite levels must be among 1, 2, 3, 4; got {list(out)}")
     return out
 
 
