@@ -72,3 +72,37 @@ def test_one_sampling_distribution_is_enforced():
         build_config({"rollout": {"temperature": 0.7}, "algorithm": {"logprob_temperature": 1.0}})
     with pytest.raises(ConfigError, match="rollout.temperature"):
         build_config({"rollout": {"temperature": 0.0}})  # greedy rollouts cannot be trained on
+
+
+def test_seed_and_tool_format_are_bounded_and_named():
+    assert build_config({"seed": 2**32 - 1}).seed == 2**32 - 1  # numpy's largest seed
+    for seed, why in ((2**32, "less than 4294967296"), (-1, "greater than or equal to 0")):
+        with pytest.raises(ConfigError, match=f"^config: seed: Input should be {why}$"):
+            build_config({"seed": seed})
+    with pytest.raises(ConfigError, match=r"^config: field 'seed': integer out of range \(more than 64 bits\)$"):
+        build_config({"seed": 10**30})
+    with pytest.raises(ConfigError, match=r"^--set seed: cannot use value '10{30}': integer out of range"):
+        build_config({}, [f"seed={10**30}"])
+    with pytest.raises(
+        ConfigError, match=r"^config: rollout\.tool_format: Input should be 'xml', 'hermes' or 'native'$"
+    ):
+        build_config({"rollout": {"tool_format": "json"}})
+
+
+def test_check_references_names_the_key_before_any_model(tmp_path):
+    from agentrft.train.config import check_references
+
+    check_references(build_config({"policy": {"name": "tiny"}}), "c.yaml")  # finqa-lite, its grader: fine
+    rows = tmp_path / "d.jsonl"
+    rows.write_text('{"messages": [{"role": "user", "content": "q"}], "tools": [{"function": {"name": "a b"}}]}\n')
+    for data, why in (
+        ({"policy": {"name": "openai:gpt-4o"}}, "policy.name: 'openai:gpt-4o' cannot be trained in process; valid: smollm2-135m, tiny, hf:PATH_OR_ID"),
+        ({"rollout": {"env": "gsm8k"}}, "rollout.env: unknown environment 'gsm8k'"),
+        ({"rollout": {"env": f"jsonl:{rows}"}}, f"rollout.env: {rows}:1: field 'tools[0].function.name'"),
+        ({"rollout": {"split": "test"}}, "rollout.split: unknown finqa-lite split 'test'"),
+        ({"eval": {"every_steps": 1, "split": "dev"}}, "eval.split: unknown finqa-lite split 'dev'"),
+        ({"rollout": {"grader": {"type": "numeric"}}}, "rollout.grader: reference: required field is missing"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as exc:
+            check_references(build_config(data), "c.yaml")
+        assert str(exc.value).startswith(f"c.yaml: {why}"), str(exc.value)

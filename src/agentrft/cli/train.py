@@ -1,4 +1,10 @@
-"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: GRPO/DAPO fine-tuning."""
+"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: GRPO/DAPO fine-tuning.
+
+Everything the config says is checked before the run directory is touched: the file itself
+(`train.config.load_config`), then what it names (`check_references`: environment, splits,
+grader, policy), then the run directory (no checkpoints unless --resume). A bad config exits 2
+and leaves no trace; torch is imported only after that.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import time
 from pathlib import Path
 
 import typer
+
+from agentrft.cli.support import fail
 
 
 def train_cmd(
@@ -22,26 +30,23 @@ def train_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
 ) -> None:
     """Train a policy with GRPO/DAPO on an environment's tasks; metrics go to RUN_DIR/metrics.jsonl."""
-    from agentrft.train import ConfigError, load_config, train
+    from agentrft.train.config import check_references, load_config
 
-    try:
-        cfg = load_config(config, set_)
-    except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_config(config, set_)
+    check_references(cfg, source=config)
     if run_dir is None:
         if resume:
-            typer.echo("error: --resume needs --run-dir (the run to continue)", err=True)
-            raise typer.Exit(2)
+            raise fail("--resume needs --run-dir (the run to continue)")
         run_dir = Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        result = train(cfg, run_dir, resume=resume, progress=not as_json, allow_config_change=allow_config_change)
-    except ConfigError as err:  # e.g. --resume with a changed config: bad input, nothing was run
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except (FileExistsError, ValueError, KeyError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+    if run_dir.exists() and not run_dir.is_dir():
+        raise fail(f"--run-dir {run_dir} is a file, not a directory")
+
+    from agentrft.train import train
+    from agentrft.train.checkpoint import latest_checkpoint
+
+    if not resume and latest_checkpoint(run_dir / "checkpoints") is not None:
+        raise fail(f"{run_dir} already holds checkpoints; pass --resume to continue it, or a new --run-dir")
+    result = train(cfg, run_dir, resume=resume, progress=not as_json, allow_config_change=allow_config_change)
     final = result.history[-1] if result.history else {}
     if as_json:
         typer.echo(

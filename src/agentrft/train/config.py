@@ -5,7 +5,10 @@ overrides are parsed as YAML scalars (``3`` int, ``1e-5`` float, ``true`` bool,
 ``[1,2]`` list) and validated with the rest, so an error names the dotted key.
 Files are read by `agentrft.inputs` (UTF-8, bounded nesting, no NaN), and an
 empty file is refused rather than read as "all defaults".
-Presets (`PRESETS`) are Python constants. Every option documents itself here.
+`check_references(cfg)` then resolves what the config names (environment and
+its splits, grader spec, policy) without loading a model, so that a bad config
+fails before a run directory is written. Presets (`PRESETS`) are Python
+constants. Every option documents itself here.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
+from agentrft.rollout.formats import FormatName
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -69,7 +73,7 @@ class RolloutConfig(_Cfg):
     )
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling; the trainer applies it too")
     max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
-    tool_format: str = Field(default="xml")
+    tool_format: FormatName = Field(default="xml", description="how tool calls look in the model's text")
     grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
 
 
@@ -151,7 +155,7 @@ class LoggingConfig(_Cfg):
 
 
 class TrainConfig(_Cfg):
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -280,3 +284,35 @@ def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> Tr
     if not path.exists():
         raise ConfigError(f"{path}: no such config file (presets: {', '.join(PRESETS)})")
     return build_config(_read(path), list(overrides), source=str(path))
+
+
+def check_references(cfg: TrainConfig, source: str = "config") -> None:
+    """Resolve what `cfg` names without loading a model: the environment (its tasks are read, so a
+    bad dataset fails here), the train and eval splits, the grader spec and the policy name.
+    ConfigError names the key. Training calls nothing else that can refuse the config."""
+    from agentrft.envs.registry import make_env
+    from agentrft.graders import load_grader
+    from agentrft.samplers.policies import POLICY_NAMES, is_in_process
+
+    def refuse(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{source}: {key}: {why}")
+
+    if not is_in_process(cfg.policy.name):
+        trainable = [n for n in POLICY_NAMES if is_in_process(n.replace("PATH_OR_ID", "x"))]
+        raise refuse("policy.name", f"{cfg.policy.name!r} cannot be trained in process; valid: {', '.join(trainable)}")
+    try:
+        env = make_env(cfg.rollout.env)
+    except InputError as exc:
+        raise refuse("rollout.env", str(exc)) from None
+    splits = [("rollout.split", cfg.rollout.split)] + ([("eval.split", cfg.eval.split)] if cfg.eval.every_steps else [])
+    for key, split in splits:
+        try:
+            tasks = env.tasks(split)
+        except InputError as exc:
+            raise refuse(key, str(exc)) from None
+        if not tasks:
+            raise refuse(key, f"environment {cfg.rollout.env!r} has no tasks in split {split!r}")
+    try:
+        load_grader(cfg.rollout.grader or env.grader_spec())
+    except InputError as exc:
+        raise refuse("rollout.grader", str(exc)) from None
