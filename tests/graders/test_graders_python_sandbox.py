@@ -216,6 +216,9 @@ def test_source_path_relative_to_spec_file(tmp_path) -> None:
     (tmp_path / "g.py").write_text("def grade(s, i):\n    return 0.5\n")
     (tmp_path / "spec.json").write_text(json.dumps({"type": "python", "source_path": "g.py", **SMALL}))
     assert load_grader(tmp_path / "spec.json").grade("x", {}).reward == 0.5
+    (tmp_path / "g.py").write_bytes("def grade(s, i):\n    return 0.5  # \u00e9\n".encode("latin-1"))
+    with pytest.raises(GraderSpecError, match=r"source_path: .*g.py: not UTF-8 text"):
+        load_grader(tmp_path / "spec.json")
 
 
 def test_stdlib_imports_work_after_privilege_drop() -> None:

@@ -105,6 +105,8 @@ class PythonGrader(Grader):
                 source = path.read_text(encoding="utf-8")
             except OSError as e:
                 raise GraderSpecError(f"{pre}source_path", f"cannot read: {e.strerror or e}") from None
+            except UnicodeDecodeError as e:
+                raise GraderSpecError(f"{pre}source_path", f"{path}: not UTF-8 text (byte {e.start})") from None
         try:  # refuse at load time, not with every grade, when the code cannot be isolated here
             resolve_backend(spec.sandbox)
         except SandboxUnavailable as e:
