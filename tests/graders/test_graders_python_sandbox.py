@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from agentrft.graders import load_grader
+from agentrft.graders import GraderSpecError, load_grader
 from agentrft.tools import sandbox
 from agentrft.tools.sandbox import run_sandboxed
 
