@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -122,6 +122,59 @@ def _sampler_gap(logp: torch.Tensor, mb: MicroBatch) -> tuple[float, float]:
     return float(gap.sum()), float(gap.max())
 
 
+LossFn = Callable[[MicroBatch, int], tuple[torch.Tensor, dict[str, float]]]
+
+
+def optimizer_steps(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: list[MicroBatch],
+    loss_fn: LossFn,
+    opt: OptimizerConfig,
+    *,
+    epochs: int = 1,
+) -> dict[str, float]:
+    """The update every method shares: ``epochs`` optimizer steps over ``batches`` (gradients accumulated
+    over micro-batches, clipped to ``opt.grad_clip``), then one scheduler step; gradients freed after.
+
+    ``loss_fn(mb, epoch)`` returns the micro-batch's share of the step's loss (already divided by the
+    step's global denominator, so the sum over micro-batches is the step's loss whatever the split) and
+    its metrics, weighted likewise. Returns ``loss`` and the metrics (means over epochs), ``grad_norm``
+    (of the last epoch) and ``lr``. The caller sets train mode and autocast inside ``loss_fn``."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    sums: dict[str, float] = {}
+    loss_total = 0.0
+    grad_norm = 0.0
+    for epoch in range(epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for mb in batches:
+            loss, m = loss_fn(mb, epoch)
+            trim()  # what the forward freed goes back before the backward allocates gradients (~1 ms)
+            loss.backward()
+            loss_total += float(loss.detach())
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v / epochs
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update: free them
+    scheduler.step()
+    return {**sums, "loss": loss_total / epochs, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+
+
+def batch_stats(batches: list[MicroBatch]) -> dict[str, float]:
+    """Token and sequence counts of a step's micro-batches (what ran through the model, and its padding)."""
+    return {
+        "train_tokens": float(sum(mb.num_loss_tokens for mb in batches)),
+        "train_sequences": float(sum(len(mb.seq_index) for mb in batches)),
+        "train_forward_tokens": float(sum(mb.num_forward_tokens for mb in batches)),
+        "train_sequence_tokens": float(sum(int(mb.attention_mask.sum()) for mb in batches)),
+        "train_padded_tokens": float(
+            sum((mb.shared.input_ids if mb.shared is not None else mb.input_ids).numel() for mb in batches)
+        ),
+    }
+
+
 def policy_update(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -134,14 +187,14 @@ def policy_update(
     precision: torch.dtype | None = None,
     ref_model: Any = None,
 ) -> dict[str, float]:
-    """Run ``algo.updates_per_batch`` optimizer steps on ``batches``; metrics are loss-token-weighted means.
+    """GRPO's update: ``algo.updates_per_batch`` optimizer steps of the clipped policy-gradient loss on
+    ``batches``; metrics are loss-token-weighted means.
 
     ``dist`` is the rollout's sampling distribution: the trained log-probs are those of the policy
     the sampler drew from. ``sampler_logprob_gap_mean``/``_max`` compare the first pass's log-probs
     with the sampler's, token by token (see `_sampler_gap`)."""
     if not batches:
         return {"update_skipped": 1.0}
-    params = [p for p in model.parameters() if p.requires_grad]
     global_tokens = sum(mb.num_loss_tokens for mb in batches)
     global_seqs = sum(len(mb.seq_index) for mb in batches)
     if global_tokens == 0:
@@ -151,66 +204,42 @@ def policy_update(
         with torch.no_grad(), _autocast(precision):
             for mb in batches:
                 mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist, with_entropy=False)[0]
-    sums: dict[str, float] = {}
-    loss_total = 0.0
-    grad_norm = 0.0
-    gap_sum = gap_max = 0.0
-    for epoch in range(algo.updates_per_batch):
-        optimizer.zero_grad(set_to_none=True)
-        for mb in batches:
-            with _autocast(precision):
-                logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
-            if epoch == 0:
-                mb_gap_sum, mb_gap_max = _sampler_gap(logp, mb)
-                gap_sum, gap_max = gap_sum + mb_gap_sum, max(gap_max, mb_gap_max)
-            old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
-            ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, dist) if algo.kl_coef > 0 else None
-            per_token, m = clipped_pg_loss(
-                logp,
-                old,
-                mb.advantages,
-                mb.loss_mask,
-                eps_low=algo.eps_low,
-                eps_high=algo.eps_high,
-                sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None,
-                is_cap=algo.is_cap,
-                ref_logprobs=ref,
-                kl_coef=algo.kl_coef,
-                entropy=ent,
-            )
-            loss = aggregate(
-                algo.aggregation,
-                per_token,
-                mb.loss_mask,
-                global_num_tokens=global_tokens,
-                global_num_sequences=global_seqs,
-                max_tokens=algo.constant_max_tokens,
-            )
-            trim()  # what the forward freed goes back before the backward allocates gradients (~1 ms)
-            loss.backward()
-            loss_total += float(loss.detach())
-            w = mb.num_loss_tokens / global_tokens / algo.updates_per_batch
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + w * float(v)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update: free them
-    scheduler.step()
+    gap = [0.0, 0.0]  # sum and max over the first pass
+
+    def loss_fn(mb: MicroBatch, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
+        with _autocast(precision):
+            logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
+        if epoch == 0:
+            mb_gap_sum, mb_gap_max = _sampler_gap(logp, mb)
+            gap[0], gap[1] = gap[0] + mb_gap_sum, max(gap[1], mb_gap_max)
+        old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
+        ref = _ref_logprobs(ref_model, model, mb, opt.logprob_chunk, dist) if algo.kl_coef > 0 else None
+        per_token, m = clipped_pg_loss(
+            logp,
+            old,
+            mb.advantages,
+            mb.loss_mask,
+            eps_low=algo.eps_low,
+            eps_high=algo.eps_high,
+            sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None,
+            is_cap=algo.is_cap,
+            ref_logprobs=ref,
+            kl_coef=algo.kl_coef,
+            entropy=ent,
+        )
+        loss = aggregate(
+            algo.aggregation,
+            per_token,
+            mb.loss_mask,
+            global_num_tokens=global_tokens,
+            global_num_sequences=global_seqs,
+            max_tokens=algo.constant_max_tokens,
+        )
+        w = mb.num_loss_tokens / global_tokens
+        return loss, {k: w * float(v) for k, v in m.items()}
+
+    out = optimizer_steps(model, optimizer, scheduler, batches, loss_fn, opt, epochs=algo.updates_per_batch)
     for mb in batches:
         mb.old_logprobs = None
-    out = {k: v for k, v in sums.items()}
-    out.update(
-        loss=loss_total / algo.updates_per_batch,
-        grad_norm=grad_norm,
-        lr=scheduler.get_last_lr()[0],
-        sampler_logprob_gap_mean=gap_sum / global_tokens,
-        sampler_logprob_gap_max=gap_max,
-        train_tokens=float(global_tokens),
-        train_sequences=float(global_seqs),
-        train_forward_tokens=float(sum(mb.num_forward_tokens for mb in batches)),
-        train_sequence_tokens=float(sum(int(mb.attention_mask.sum()) for mb in batches)),
-        train_padded_tokens=float(
-            sum((mb.shared.input_ids if mb.shared is not None else mb.input_ids).numel() for mb in batches)
-        ),
-    )
+    out.update(sampler_logprob_gap_mean=gap[0] / global_tokens, sampler_logprob_gap_max=gap[1], **batch_stats(batches))
     return out
