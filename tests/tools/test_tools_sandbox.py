@@ -8,6 +8,7 @@ PR_SET_NAME`) or argv[0], since pids inside the sandbox are not host pids.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -30,12 +31,49 @@ MiB = 1024**2
 REPO = Path(__file__).resolve().parents[2]
 
 
+# CI sets AGENTRFT_REQUIRE_SANDBOX=1 (scripts/test.sh installs bubblewrap there): a backend that is
+# installed but does not start is then a failure, not a skip (a venv under /tmp once hid bwrap's python)
+REQUIRE = bool(os.environ.get("AGENTRFT_REQUIRE_SANDBOX"))
+
+
 @pytest.fixture(params=["bwrap", "unshare"])
 def backend(request: pytest.FixtureRequest) -> str:
     why = sandbox.backend_problem(request.param)
     if why:
+        if REQUIRE:
+            pytest.fail(f"{request.param} is required here but not usable: {why}")
         pytest.skip(f"{request.param} is not usable here: {why}")
     return str(request.param)
+
+
+def test_an_interpreter_under_tmp_stays_visible_inside(tmp_path: Path) -> None:
+    """The sandbox mounts its own /tmp: a venv living under the host's /tmp (a CI checkout, pytest's tmp_path)
+    must still be bound inside, or the interpreter cannot even start."""
+    import sys
+
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "host.pth").write_text("\n".join(p for p in sys.path if p and Path(p).is_dir()) + "\n")
+    probe = (
+        "import json, sys; from agentrft.tools import sandbox\n"
+        "out = {}\n"
+        "for b in ('bwrap', 'unshare'):\n"
+        "    why = sandbox.backend_problem(b)\n"
+        "    r = None if why else sandbox.run_sandboxed('def grade(s, i):\\n    return 0.5\\n', {'s': {}, 'i': {}},"
+        " sandbox=b, timeout_s=20)\n"
+        "    out[b] = why or (r.ok, r.value)\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, got in out.items():
+        if isinstance(got, str):  # not usable at all on this machine (the fixture's skip rule applies)
+            assert not REQUIRE and "No such file" not in got, (name, got)
+        else:
+            assert got == [True, 0.5], (name, got)
 
 
 @pytest.fixture

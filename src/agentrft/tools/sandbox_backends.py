@@ -94,7 +94,10 @@ def bwrap_args(tree: FileTree, network: bool) -> list[str]:
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user", "--disable-userns"]
-    made: set[str] = set()
+    # /tmp first: an interpreter or venv that lives under the host's /tmp is bound on top of it, not hidden
+    args += ["--size", str(tree.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", "--dir", "/tmp/.shm"]
+    made: set[str] = {"/tmp"}
     for src, dst in tree.ro_binds:
         for parent in _parents(dst):  # bwrap would make them 0700, unreadable once the harness is nobody
             if parent not in made:
@@ -104,8 +107,7 @@ def bwrap_args(tree: FileTree, network: bool) -> list[str]:
     args += ["--perms", "0755", "--dir", "/dev"]
     for name in ("null", "zero", "full", "random", "urandom"):
         args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-    args += ["--proc", "/proc", "--size", str(tree.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
-    args += ["--perms", "1777", "--dir", "/tmp/.shm"]
+    args += ["--proc", "/proc"]
     for target, link in tree.symlinks:
         args += ["--symlink", target, link]
     return [*args, "--remount-ro", "/", "--chdir", "/tmp"]

@@ -75,6 +75,11 @@ def build_private_root(root: dict[str, Any]) -> None:
     new = root["dir"]
     os.umask(0o022)
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    # /tmp first: an interpreter or venv that lives under the host's /tmp is bound on top of it, not hidden
+    os.makedirs(new + "/tmp", exist_ok=True)
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={root['tmpfs_bytes']},mode=1777")
+    os.mkdir(new + "/tmp/.shm")
+    os.chmod(new + "/tmp/.shm", 0o1777)
     for src, dst in root["ro_binds"]:
         target = new + dst
         if os.path.isdir(src):
@@ -90,10 +95,6 @@ def build_private_root(root: dict[str, Any]) -> None:
         _mount(f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND)
     os.makedirs(new + "/proc", exist_ok=True)
     _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.makedirs(new + "/tmp", exist_ok=True)
-    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={root['tmpfs_bytes']},mode=1777")
-    os.mkdir(new + "/tmp/.shm")
-    os.chmod(new + "/tmp/.shm", 0o1777)
     for target, link in root["symlinks"]:  # last: an absolute link must not be followed while building
         os.symlink(target, new + link)
     _mount(None, new, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
