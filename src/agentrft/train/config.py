@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 from agentrft.rollout.formats import FormatName
+from agentrft.train.data import DataConfig
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -155,9 +156,15 @@ class LoggingConfig(_Cfg):
 
 
 class TrainConfig(_Cfg):
+    method: Literal["grpo"] = Field(
+        default="grpo",
+        description="grpo: online RL (rollout, algorithm); the methods that learn from recorded trajectories "
+        "read `data`. Every method runs on the one training core (train/session.py)",
+    )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    data: DataConfig = Field(default_factory=DataConfig, description="recorded trajectories (sft, dpo, reward_model)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
