@@ -85,12 +85,21 @@ def test_eval_json_and_compare(tmp_path: Path, fakes: dict[str, Any]) -> None:
     assert r.exit_code == 0 and (db.parent / "report.html").exists()
     html = (db.parent / "report.html").read_text()
     assert "baseline" in html and "Paired comparison on 4 shared tasks" in html
-    # strong: tasks b and d have mixed rewards (2 DPO pairs); every task has a success (4 SFT rows)
-    for fmt, n in (("rft", 4), ("sft", 4), ("dpo", 2), ("parquet", 12)):
+    # strong: tasks b and d have mixed rewards (2 + 2 DPO pairs, 1 + 1 best vs worst); every task has a success
+    # (4 SFT rows)
+    for fmt, n, extra in (
+        ("rft", 4, []),
+        ("sft", 4, []),
+        ("dpo", 4, []),
+        ("dpo", 2, ["--pairs-per-task", "1"]),
+        ("parquet", 12, []),
+    ):
         out = tmp_path / f"out.{fmt}"
-        r = _run(["export", "--db", str(db), "--run", "final", "--format", fmt, str(out)])
+        r = _run(["export", "--db", str(db), "--run", "final", "--format", fmt, str(out), *extra])
         assert r.exit_code == 0, r.output
         assert r.stdout.strip() == f"wrote {n} {fmt} rows to {out}"
+    r = _run(["export", "--db", str(db), "--run", "final", "--format", "dpo", str(out), "--margin", "2"])
+    assert r.exit_code == 2 and "no pair of trajectories of one task has a reward gap >= margin 2.0" in r.stderr
 
 
 def test_check_json(fakes: dict[str, Any]) -> None:

@@ -94,8 +94,9 @@ def test_sft_takes_best_successful_per_task() -> None:
 
 def test_dpo_pairs_only_when_rewards_differ() -> None:
     trajs = _store().query_trajectories(run_id="r1")
-    rows = dpo_rows(trajs)
-    assert len(rows) == 1  # group b has rewards 0, 0
+    assert len(dpo_rows(trajs)) == 2  # task a: two successes over one failure; task b has rewards 0, 0
+    rows = dpo_rows(trajs, per_task=1)  # best vs worst
+    assert len(rows) == 1
     row = rows[0]
     assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
     assert row["chosen"][-1]["content"] == "2" and row["rejected"][-1]["content"] == "3"

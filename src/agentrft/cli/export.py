@@ -8,6 +8,7 @@ import typer
 
 from agentrft.cli.support import DEFAULT_DB, fail, find_run, open_store, user_errors
 from agentrft.eval.exports import EXPORT_FORMATS
+from agentrft.pairs import DEFAULT_MARGIN, DEFAULT_PAIRS_PER_TASK
 
 
 def export_command(
@@ -15,16 +16,32 @@ def export_command(
     run: str = typer.Option(..., "--run", help="Run id or name."),
     fmt: str = typer.Option(..., "--format", help="rft | sft | dpo | parquet"),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="SQLite store file."),
+    margin: float = typer.Option(
+        DEFAULT_MARGIN, "--margin", help="dpo: least reward gap between chosen and rejected (> 0)."
+    ),
+    pairs_per_task: int = typer.Option(
+        DEFAULT_PAIRS_PER_TASK, "--pairs-per-task", help="dpo: most pairs per task (1 = best vs worst)."
+    ),
 ) -> None:
-    """rft: prompt + grading keys per task; sft: best success per task; dpo: best vs worst per group; parquet: all."""
+    """rft: prompt + grading keys per task; sft: best success per task; dpo: preference pairs per task
+    (TRL prompt/chosen/rejected, the pairing rule `agentrft dpo` trains on); parquet: all."""
     if fmt not in EXPORT_FORMATS:
         raise fail(f"unknown --format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}", 2)
+    if not margin > 0 or pairs_per_task < 1:
+        raise fail("--margin must be > 0 and --pairs-per-task >= 1", 2)
     with user_errors():
         from agentrft.eval.exports import export_run
 
         store = open_store(db)
         try:
-            n = export_run(store, find_run(store, run).id, fmt, out)  # type: ignore[arg-type]
+            n = export_run(
+                store,
+                find_run(store, run).id,
+                fmt,  # type: ignore[arg-type]
+                out,
+                margin=margin,
+                pairs_per_task=pairs_per_task,
+            )
         finally:
             store.close()
     typer.echo(f"wrote {n} {fmt} rows to {out}")

@@ -7,11 +7,11 @@
   tools, when a task brings its own, go under the reserved ``tools`` key.
 * ``sft`` — the best *successful* trajectory of each task (highest reward, then
   fewest tokens, then oldest), full OpenAI messages.
-* ``dpo`` — per group (``group_id``, falling back to the task) the highest and
-  lowest reward trajectory, only when the two rewards differ. Rows use the
-  conversational preference layout of TRL: ``prompt`` (messages up to the last
-  user message), ``chosen`` / ``rejected`` (the assistant and tool messages
-  after it), with the rewards and ids alongside.
+* ``dpo`` — preference pairs by the one pairing rule of `agentrft.pairs` (per
+  task and prompt, reward gap >= margin, at most ``pairs_per_task`` per task,
+  largest gap first), in TRL's conversational layout: ``prompt`` (messages up to
+  the last user message), ``chosen`` / ``rejected`` (the assistant and tool
+  messages after it), with the rewards and ids alongside.
 * ``parquet`` — one row per trajectory: indexed columns for filtering plus the
   full record as JSON text (``trajectory``), so it reads back losslessly.
 
@@ -29,19 +29,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrft.inputs import InputError
+from agentrft.pairs import DEFAULT_MARGIN, DEFAULT_PAIRS_PER_TASK, build_pairs, pair_row, require_pairs, split_prompt
 from agentrft.types import Grade, Message, Task, Trajectory
 
 ExportFormat = Literal["rft", "sft", "dpo", "parquet"]
 EXPORT_FORMATS: tuple[str, ...] = ("rft", "sft", "dpo", "parquet")
 _RESERVED = ("messages", "tools")
-
-
-def split_prompt(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
-    """(messages up to and including the last user message, the rest)."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
-    if last_user < 0:
-        raise ValueError("trajectory has no user message, so it has no prompt to export")
-    return list(messages[: last_user + 1]), list(messages[last_user + 1 :])
 
 
 def _dump(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -120,36 +113,12 @@ def sft_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     ]
 
 
-def dpo_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
-    """Chosen / rejected pairs: highest vs lowest reward within each group, when they differ."""
-    # Each trajectory with its (present) grade, so that no reward is read from an Optional.
-    groups: dict[str, list[tuple[Trajectory, Grade]]] = defaultdict(list)
-    for t in trajectories:
-        if t.grade is not None:
-            groups[t.group_id or t.task_id].append((t, t.grade))
-    rows = []
-    for key, group in groups.items():
-        # max/min keep the first of equal rewards, so the pair is stable under re-export
-        hi, hi_grade = max(group, key=lambda pair: pair[1].reward)
-        lo, lo_grade = min(group, key=lambda pair: pair[1].reward)
-        if hi_grade.reward == lo_grade.reward:
-            continue
-        prompt, chosen = split_prompt(hi.messages)
-        _, rejected = split_prompt(lo.messages)
-        rows.append(
-            {
-                "prompt": _dump(prompt),
-                "chosen": _dump(chosen),
-                "rejected": _dump(rejected),
-                "task_id": hi.task_id,
-                "group_id": key,
-                "chosen_id": hi.id,
-                "rejected_id": lo.id,
-                "chosen_reward": hi_grade.reward,
-                "rejected_reward": lo_grade.reward,
-            }
-        )
-    return rows
+def dpo_rows(
+    trajectories: Sequence[Trajectory], *, margin: float = DEFAULT_MARGIN, per_task: int = DEFAULT_PAIRS_PER_TASK
+) -> list[dict[str, Any]]:
+    """TRL pairs file rows of `agentrft.pairs.build_pairs`; no pair at all is an `InputError` saying why."""
+    pairs, stats = build_pairs(trajectories, margin=margin, per_task=per_task)
+    return [pair_row(p) for p in require_pairs(pairs, stats, source="export --format dpo", margin=margin)]
 
 
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
@@ -234,8 +203,17 @@ def find_task_data(store: Any, run_id: str, trajectories: Sequence[Trajectory]) 
     return data
 
 
-def export_run(store: Any, run_id: str, fmt: ExportFormat, out: str | Path) -> int:
-    """Write the run's trajectories in ``fmt`` to ``out``; returns the number of rows written."""
+def export_run(
+    store: Any,
+    run_id: str,
+    fmt: ExportFormat,
+    out: str | Path,
+    *,
+    margin: float = DEFAULT_MARGIN,
+    pairs_per_task: int = DEFAULT_PAIRS_PER_TASK,
+) -> int:
+    """Write the run's trajectories in ``fmt`` to ``out``; returns the number of rows written.
+    ``margin`` and ``pairs_per_task`` are the pairing rule's (``dpo`` only)."""
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     trajs = store.query_trajectories(run_id=run_id)
@@ -246,5 +224,5 @@ def export_run(store: Any, run_id: str, fmt: ExportFormat, out: str | Path) -> i
     if fmt == "sft":
         return write_jsonl(sft_rows(trajs), out)
     if fmt == "dpo":
-        return write_jsonl(dpo_rows(trajs), out)
+        return write_jsonl(dpo_rows(trajs, margin=margin, per_task=pairs_per_task), out)
     return write_jsonl(rft_rows(trajs, find_task_data(store, run_id, trajs)), out)
