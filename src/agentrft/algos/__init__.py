@@ -1,4 +1,4 @@
-"""Pure tensor functions of RL fine-tuning: advantages, per-token losses, aggregation, shaping, DPO.
+"""Pure tensor functions of RL fine-tuning: advantages, per-token losses, aggregation, shaping, preference losses.
 
 Every function is a function of its tensor arguments (no hidden state, inputs never
 mutated) and returns ``(result, metrics)`` where that makes sense; the caller runs
@@ -15,18 +15,18 @@ from agentrft.algos.advantages import (
     turn_level,
 )
 from agentrft.algos.aggregation import aggregate, constant, seq_mean_token_mean, token_mean
-from agentrft.algos.dpo import dpo_loss
+from agentrft.algos.dpo import PREFERENCE_LOSSES, preference_loss
 from agentrft.algos.dynamic_sampling import filter_groups, is_zero_signal
 from agentrft.algos.losses import clipped_pg_loss, k3_kl, masked_mean, truncated_is_weights
 from agentrft.algos.shaping import overlong_penalty, shape_rewards
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "PREFERENCE_LOSSES",
     "aggregate",
     "broadcast_turn_advantages",
     "clipped_pg_loss",
     "constant",
-    "dpo_loss",
     "dr_grpo",
     "filter_groups",
     "get_advantage_estimator",
@@ -35,6 +35,7 @@ __all__ = [
     "k3_kl",
     "masked_mean",
     "overlong_penalty",
+    "preference_loss",
     "rloo",
     "seq_mean_token_mean",
     "shape_rewards",

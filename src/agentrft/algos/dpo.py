@@ -1,42 +1,85 @@
-"""DPO loss (Rafailov et al., arXiv 2305.18290), eq. 7.
+"""Preference losses on sequence log-probs: DPO, IPO and length-normalised DPO.
 
-``loss = -log sigmoid(beta * [(logpi(y_w) - logpi_ref(y_w)) - (logpi(y_l) - logpi_ref(y_l))])``
+* ``sigmoid`` — DPO (Rafailov et al., arXiv 2305.18290, eq. 7):
+  ``loss = -log sigmoid(beta * h)``, ``h = (logpi(y_w) - logpi_ref(y_w)) - (logpi(y_l) - logpi_ref(y_l))``.
+  At initialisation (pi = pi_ref) ``h = 0`` and every pair's loss is ``log 2``.
+* ``ipo`` — IPO (Azar et al., arXiv 2310.12036, eq. 17): ``loss = (h - 1/(2 beta))**2``, beta
+  being the paper's tau. Unlike TRL's ``ipo`` it uses summed log-probs, as SPECS §4 states it.
+* ``sigmoid_norm`` — DPO on length-normalised log-probs: each of the four log-probs divided
+  by its sequence's number of loss tokens before ``h`` is formed (the normalisation of
+  SimPO/R-DPO applied to DPO's log-ratio), so long answers are not favoured by length alone.
 
-Inputs are summed sequence log-probs of the chosen (w) and rejected (l) responses.
-Departure: optional conservative label smoothing (cDPO, Mitchell 2023):
-``(1 - s) * loss(w, l) + s * loss(l, w)``; s = 0 is the paper's loss.
+Every function returns per-pair losses; the caller aggregates them (a micro-batch sums its
+pairs' losses and divides by the step's pair count, so the split into micro-batches does not
+change the step). Metrics are per-pair and detached: the implicit rewards
+``beta * (logpi - logpi_ref)`` of chosen and rejected (normalised for ``sigmoid_norm``), their
+difference (``margin``) and whether it is positive (``accuracy``), as TRL reports them.
 
 Shape legend: P = number of preference pairs; every input is (P,).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal
+
 import torch.nn.functional as F
 from torch import Tensor
 
+PreferenceLossName = Literal["sigmoid", "ipo", "sigmoid_norm"]
 
-def dpo_loss(
+
+def _sigmoid(h: Tensor, beta: float) -> Tensor:
+    return -F.logsigmoid(beta * h)
+
+
+def _ipo(h: Tensor, beta: float) -> Tensor:
+    return (h - 1.0 / (2.0 * beta)) ** 2
+
+
+# name -> (loss of h, whether log-probs are divided by their loss-token counts)
+PREFERENCE_LOSSES: dict[str, tuple[Callable[[Tensor, float], Tensor], bool]] = {
+    "sigmoid": (_sigmoid, False),
+    "ipo": (_ipo, False),
+    "sigmoid_norm": (_sigmoid, True),
+}
+
+
+def preference_loss(
+    name: str,
     policy_chosen: Tensor,
     policy_rejected: Tensor,
     ref_chosen: Tensor,
     ref_rejected: Tensor,
     *,
-    beta: float = 0.1,
-    label_smoothing: float = 0.0,
+    beta: float,
+    chosen_tokens: Tensor,
+    rejected_tokens: Tensor,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Mean DPO loss over pairs and detached metrics (implicit rewards, accuracy, margin)."""
+    """Per-pair losses (P,) of loss ``name`` and per-pair detached metrics (see the module docstring).
+
+    ``policy_*`` and ``ref_*`` are summed log-probs over each sequence's loss tokens; ``*_tokens``
+    their loss-token counts (used by ``sigmoid_norm`` only, must be >= 1)."""
+    if name not in PREFERENCE_LOSSES:
+        raise ValueError(f"unknown preference loss {name!r}; valid: {', '.join(PREFERENCE_LOSSES)}")
     if beta <= 0:
         raise ValueError(f"beta must be > 0, got {beta}")
-    if not 0.0 <= label_smoothing < 0.5:
-        raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing}")
-    chosen_reward = beta * (policy_chosen - ref_chosen)
-    rejected_reward = beta * (policy_rejected - ref_rejected)
-    logits = chosen_reward - rejected_reward
-    losses = -(1 - label_smoothing) * F.logsigmoid(logits) - label_smoothing * F.logsigmoid(-logits)
+    fn, normalise = PREFERENCE_LOSSES[name]
+    chosen_ratio = policy_chosen - ref_chosen
+    rejected_ratio = policy_rejected - ref_rejected
+    if normalise:
+        if bool((chosen_tokens < 1).any()) or bool((rejected_tokens < 1).any()):
+            raise ValueError("sigmoid_norm needs at least one loss token in every sequence")
+        chosen_ratio = chosen_ratio / chosen_tokens
+        rejected_ratio = rejected_ratio / rejected_tokens
+    h = chosen_ratio - rejected_ratio
+    losses = fn(h, beta)
+    chosen_reward = beta * chosen_ratio.detach()
+    rejected_reward = beta * rejected_ratio.detach()
     metrics = {
-        "dpo_chosen_reward": chosen_reward.detach().mean(),
-        "dpo_rejected_reward": rejected_reward.detach().mean(),
-        "dpo_accuracy": (logits.detach() > 0).float().mean(),
-        "dpo_margin": logits.detach().mean(),
+        "rewards/chosen": chosen_reward,
+        "rewards/rejected": rejected_reward,
+        "rewards/margin": chosen_reward - rejected_reward,
+        "rewards/accuracy": (h.detach() > 0).to(h.dtype),
     }
-    return losses.mean(), metrics
+    return losses, metrics
