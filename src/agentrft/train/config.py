@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
+from agentrft.pairs import DEFAULT_MARGIN, DEFAULT_PAIRS_PER_TASK
 from agentrft.rollout.formats import FormatName
 from agentrft.train.data import DataConfig
 
@@ -136,6 +137,34 @@ class OptimizerConfig(_Cfg):
     )
 
 
+class DPOConfig(_Cfg):
+    """Direct preference optimisation from pairs (``method: dpo``; see train/dpo.py)."""
+
+    pairs: str | None = Field(
+        default=None,
+        description="a TRL conversational pairs file (JSONL: prompt/chosen/rejected), rendered through the "
+        "policy's chat template; None: pairs built from the trajectories `data` selects",
+    )
+    margin: float = Field(
+        default=DEFAULT_MARGIN, gt=0.0, description="least reward gap between chosen and rejected (pairing)"
+    )
+    pairs_per_task: int = Field(
+        default=DEFAULT_PAIRS_PER_TASK,
+        ge=1,
+        description="most pairs per task (pairing): largest gap first, then the least-used trajectories; "
+        "1 = best vs worst",
+    )
+    loss: Literal["sigmoid", "ipo", "sigmoid_norm"] = Field(
+        default="sigmoid",
+        description="sigmoid: DPO; ipo: (h - 1/(2 beta))^2; sigmoid_norm: DPO on log-probs divided by their "
+        "loss-token counts (algos/dpo.py)",
+    )
+    beta: float = Field(default=0.1, gt=0.0, description="strength of the tie to the reference (IPO: 1/(2 beta))")
+    pairs_per_step: int = Field(
+        default=8, ge=1, description="pairs per optimizer step, in a seeded order reshuffled every epoch"
+    )
+
+
 class EvalConfig(_Cfg):
     every_steps: int = Field(default=0, ge=0, description="0 = no periodic eval")
     split: str = Field(default="held-out", description="held-out task split (finqa-lite: held-out or ood)")
@@ -156,10 +185,11 @@ class LoggingConfig(_Cfg):
 
 
 class TrainConfig(_Cfg):
-    method: Literal["grpo"] = Field(
+    method: Literal["grpo", "dpo"] = Field(
         default="grpo",
-        description="grpo: online RL (rollout, algorithm); the methods that learn from recorded trajectories "
-        "read `data`. Every method runs on the one training core (train/session.py)",
+        description="grpo: online RL (rollout, algorithm); dpo: preference pairs (dpo, and data or dpo.pairs); "
+        "the methods that learn from recorded trajectories read `data`. Every method runs on the one training "
+        "core (train/session.py)",
     )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
@@ -167,6 +197,7 @@ class TrainConfig(_Cfg):
     data: DataConfig = Field(default_factory=DataConfig, description="recorded trajectories (sft, dpo, reward_model)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

@@ -103,7 +103,21 @@ def train(
 ) -> TrainResult:
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
     would). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
-    ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`)."""
+    ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`).
+    ``cfg.method`` picks the method; this function is GRPO's, the others are dispatched from here."""
+    if cfg.method == "dpo":
+        from agentrft.train.dpo import train_dpo
+
+        policy = components.sampler if components is not None else None
+        return train_dpo(
+            cfg,
+            run_dir,
+            resume=resume,
+            policy=policy,
+            stop_after=stop_after,
+            progress=progress,
+            allow_config_change=allow_config_change,
+        )
     run_dir = Path(run_dir)
     last = check_run_dir(run_dir, cfg, resume=resume, allow_config_change=allow_config_change)
     seed_everything(cfg.seed)

@@ -13,12 +13,17 @@ from typing import Any, TextIO
 
 
 def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
-    """``step 3/10  reward 0.412  success 0.344  excluded 0  sample 9.1s  update 7.9s``."""
-    parts = [
-        f"step {step}/{total}",
-        f"reward {metrics.get('train_reward_mean', 0.0):.3f}",
-        f"success {metrics.get('train_success_rate', 0.0):.3f}",
-    ]
+    """``step 3/10  reward 0.412  success 0.344  excluded 0  sample 9.1s  update 7.9s`` (GRPO), or
+    ``step 3/10  loss 0.641  accuracy 0.750  margin 0.120  update 7.9s`` (DPO)."""
+    parts = [f"step {step}/{total}"]
+    if "rewards/accuracy" in metrics:  # a preference method: no rollout
+        parts.append(f"loss {metrics.get('loss', 0.0):.3f}")
+        parts.append(f"accuracy {metrics['rewards/accuracy']:.3f}")
+        parts.append(f"margin {metrics.get('rewards/margin', 0.0):.3f}")
+        parts.append(f"update {metrics.get('time/training_s', 0.0):.1f}s")
+        return "  ".join(parts)
+    parts.append(f"reward {metrics.get('train_reward_mean', 0.0):.3f}")
+    parts.append(f"success {metrics.get('train_success_rate', 0.0):.3f}")
     if "excluded_trajectories" in metrics:
         parts.append(f"excluded {int(metrics['excluded_trajectories'])}")
     if "valid_reward_mean" in metrics:

@@ -114,21 +114,28 @@ def pack_prefix_tree(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]
     return PrefixTreeRows(input_ids, position_ids, mask, seq_row, seq_cols, sum(len(ids) for ids in row_ids))
 
 
-def plan_rows(token_lists: Sequence[Sequence[int]], row_tokens: int) -> list[list[int]]:
-    """Rows of sequence indices: all sequences sorted by content, cut greedily at ``row_tokens`` packed tokens."""
+def plan_rows(
+    token_lists: Sequence[Sequence[int]], row_tokens: int, units: Sequence[Sequence[int]] | None = None
+) -> list[list[int]]:
+    """Rows of sequence indices: all sequences sorted by content, cut greedily at ``row_tokens`` packed tokens.
+
+    ``units`` (lists of indices covering every sequence once; default: each sequence alone) are never
+    split: a unit's sequences share a row, even one longer than ``row_tokens`` (DPO keeps a pair together
+    so that its prompt runs once). Units are ordered by their first sequence's content."""
     if row_tokens < 1:
         raise ValueError(f"row_tokens must be >= 1, got {row_tokens}")
-    order = sorted(range(len(token_lists)), key=lambda i: (list(token_lists[i]), i))
+    groups = [[i] for i in range(len(token_lists))] if units is None else [list(u) for u in units]
+    groups = [sorted(u, key=lambda i: (list(token_lists[i]), i)) for u in groups if u]
+    groups.sort(key=lambda u: (list(token_lists[u[0]]), u[0]))
     rows: list[list[int]] = []
     current: list[int] = []
     used = 0
-    for i in order:
-        s = token_lists[i]
-        add = len(s) - common_prefix_len(token_lists[current[-1]], s) if current else len(s)
+    for unit in groups:
+        add = packed_row_len(token_lists, [*current[-1:], *unit]) - (len(token_lists[current[-1]]) if current else 0)
         if current and used + add > row_tokens:
             rows.append(current)
-            current, used, add = [], 0, len(s)
-        current.append(i)
+            current, used, add = [], 0, packed_row_len(token_lists, unit)
+        current += unit
         used += add
     if current:
         rows.append(current)
@@ -143,11 +150,16 @@ def packed_row_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> 
 
 
 def shared_prefix_micro_batches(
-    seqs: Sequence[PackedSequence], max_tokens: int, row_tokens: int, pad_id: int = 0
+    seqs: Sequence[PackedSequence],
+    max_tokens: int,
+    row_tokens: int,
+    pad_id: int = 0,
+    units: Sequence[Sequence[int]] | None = None,
 ) -> list[MicroBatch]:
-    """Micro-batches whose ``.shared`` holds the prefix-tree packing; rows x longest packed row <= ``max_tokens``."""
+    """Micro-batches whose ``.shared`` holds the prefix-tree packing; rows x longest packed row <= ``max_tokens``.
+    ``units``: indices into ``seqs`` kept in one row, hence one micro-batch (see `plan_rows`)."""
     tokens = [s.input_ids for s in seqs]
-    rows = plan_rows(tokens, min(row_tokens, max_tokens))
+    rows = plan_rows(tokens, min(row_tokens, max_tokens), units)
     plan = plan_micro_batches([packed_row_len(tokens, row) for row in rows], max_tokens)
     out: list[MicroBatch] = []
     for group in plan:

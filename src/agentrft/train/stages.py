@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -32,12 +33,14 @@ from agentrft.train.metrics import rollout_metrics
 from agentrft.train.packing import MicroBatch, micro_batches, to_sequence
 from agentrft.types import Task, Trajectory
 
+T = TypeVar("T")
 MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two healthy members
 
 
-def next_tasks(tasks: Sequence[Task], cursor: int, n: int, seed: int) -> list[Task]:
-    """Tasks ``cursor .. cursor+n`` of an endless stream: one seeded shuffle of the task list per epoch."""
-    out: list[Task] = []
+def next_tasks(tasks: Sequence[T], cursor: int, n: int, seed: int) -> list[T]:
+    """Tasks ``cursor .. cursor+n`` of an endless stream: one seeded shuffle of the task list per epoch
+    (DPO draws its pairs the same way)."""
+    out: list[T] = []
     size = len(tasks)
     if size == 0:
         raise ValueError("the environment has no training tasks")
