@@ -1,7 +1,7 @@
 """A seeded corpus of bad file inputs for the CLI, and a harness that runs one case in process.
 
 Each `Case` is one command (`grade`, `traj import`, `traj import --chat-logs`, `train`,
-`eval --env jsonl:…`, `finqa evaluate`) with one of its input files made bad: empty,
+`eval --env jsonl:…`, `finqa evaluate`, `dpo --pairs`) with one of its input files made bad: empty,
 binary, UTF-16, Latin-1, lone surrogates, deep nesting, NaN/Infinity, huge numbers,
 values of the wrong type at a random place (seeded), and a few targeted shapes. All other
 input files of the command are valid. `run_case` runs it through typer's CliRunner with
@@ -102,6 +102,21 @@ GOLD = [
     }
 ]
 PREDICTIONS = [{"id": "a", "predicted": ["subtract(", "1200", "1000", ")", "EOF"]}]
+PAIR = {
+    "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+    "chosen": [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calc", "arguments": '{"e": "2+2"}'}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ],
+    "rejected": [{"role": "assistant", "content": "5"}],
+    "task_id": "t1",
+    "chosen_reward": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,7 @@ SLOTS: dict[str, Slot] = {
     "eval.rows": Slot("eval", "jsonl", [ROW], ("answer",)),
     "finqa.predictions": Slot("finqa", "json", PREDICTIONS),
     "finqa.gold": Slot("finqa", "json", GOLD, (0, "extra")),
+    "dpo.pairs": Slot("dpo", "jsonl", [PAIR], ("meta",)),
 }
 
 # ---------------------------------------------------------------- serialisation
@@ -506,6 +522,9 @@ def run_case(
         argv += ["--samples", "1", "--tasks", "1", "--json"]
     elif slot.command == "finqa":
         argv = ["finqa", "evaluate", str(files["finqa.predictions"]), str(files["finqa.gold"]), "--json"]
+    elif slot.command == "dpo":
+        argv = ["dpo", "--pairs", str(files["dpo.pairs"]), "--policy", "tiny", "--set", "steps=1"]
+        argv += ["--run-dir", str(run_dir), "--json"]
     else:
         raise ValueError(slot.command)
 
@@ -519,7 +538,7 @@ def run_case(
     elif "Traceback (most recent call last)" in result.stdout + result.stderr:  # printed, e.g. by a thread
         tb = result.stderr if "Traceback" in result.stderr else result.stdout
     if result.exit_code not in (0, None):
-        if slot.command == "train" and run_dir.exists():
+        if slot.command in ("train", "dpo") and run_dir.exists():
             violations.append(f"run dir created: {sorted(p.name for p in run_dir.iterdir())}")
         if before is not None and _store_state(db) != before:
             violations.append("store modified")

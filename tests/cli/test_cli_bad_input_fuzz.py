@@ -1,7 +1,7 @@
 """Fuzz the CLI's file inputs (the seeded corpus of `bad_input_corpus.py`): no traceback, ever.
 
 For `grade` (grader spec JSON and YAML, items, samples), `traj import` (trajectory JSONL and chat
-logs), `train` (YAML and TOML config), `eval --env jsonl:…` and `finqa evaluate`: empty, binary,
+logs), `train` (YAML and TOML config), `eval --env jsonl:…`, `finqa evaluate` and `dpo --pairs`: empty, binary,
 UTF-16, Latin-1, NUL bytes, lone surrogates, deep nesting (closed and unclosed), NaN/Infinity,
 numbers too large, a YAML alias bomb, wrong types at seeded random places, and targeted shapes.
 
@@ -49,6 +49,6 @@ def test_the_corpus_covers_every_command_and_cause() -> None:
         "deep-list", "deep-unclosed", "nan", "infinity", "huge-int", "alias-bomb",
     ):  # fmt: skip
         assert kind in kinds, kind
-    assert {c.command for c in CASES} == {"grade", "traj", "traj-chat", "train", "eval", "finqa"}
+    assert {c.command for c in CASES} == {"grade", "traj", "traj-chat", "train", "eval", "finqa", "dpo"}
     assert sum(c.expect is None for c in CASES) >= 100  # the seeded wrong-type mutations
     assert corpus(seed=13, n_random=10) == CASES  # deterministic for a seed

@@ -43,6 +43,7 @@ app = typer.Typer(
 _COMMAND_MODULES: list[str] = [
     "check",
     "demo",
+    "dpo",
     "eval",
     "export",
     "finqa",

@@ -1,4 +1,4 @@
-"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: GRPO/DAPO fine-tuning.
+"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: fine-tuning by the config's method.
 
 Everything the config says is checked before the run directory is touched: the file itself
 (`train.config.load_config`), then what it names (`check_references`: environment, splits,
@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from agentrft.cli.support import fail
+
+if TYPE_CHECKING:
+    from agentrft.train.config import TrainConfig
 
 
 def train_cmd(
@@ -29,11 +33,31 @@ def train_cmd(
     run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
 ) -> None:
-    """Train a policy with GRPO/DAPO on an environment's tasks; metrics go to RUN_DIR/metrics.jsonl."""
-    from agentrft.train.config import check_references, load_config
+    """Train a policy: GRPO/DAPO on an environment's tasks, or DPO on pairs (method: dpo); metrics go to
+    RUN_DIR/metrics.jsonl."""
+    from agentrft.train.config import load_config
 
-    cfg = load_config(config, set_)
-    check_references(cfg, source=config)
+    run_training(load_config(config, set_), config, run_dir, resume, allow_config_change, as_json)
+
+
+_SHOWN = (
+    "train_reward_mean",
+    "valid_reward_mean",
+    "loss",
+    "rewards/accuracy",
+    "rewards/margin",
+    "clip_frac",
+    "entropy",
+)
+
+
+def run_training(
+    cfg: TrainConfig, source: str, run_dir: Path | None, resume: bool, allow_config_change: bool, as_json: bool
+) -> None:
+    """Check what ``cfg`` names and the run dir (bad input exits 2 and leaves no trace), train, print the result."""
+    from agentrft.train.config import check_references
+
+    check_references(cfg, source=source)
     if run_dir is None:
         if resume:
             raise fail("--resume needs --run-dir (the run to continue)")
@@ -57,7 +81,7 @@ def train_cmd(
         return
     typer.echo(f"run dir      {result.run_dir}")
     typer.echo(f"steps        {result.steps}")
-    for key in ("train_reward_mean", "valid_reward_mean", "loss", "clip_frac", "entropy"):
+    for key in _SHOWN:
         if key in final:
             typer.echo(f"{key:<20} {final[key]:.4f}")
 
