@@ -112,51 +112,69 @@ def select_trajectories(cfg: DataConfig) -> tuple[list[Trajectory], dict[str, in
     if cfg.source is None:
         raise InputError("data.source: this method learns from recorded trajectories; name a store or export")
     trajs = _load(cfg.source)
-    counts = {"loaded": len(trajs)}
+    run_ids = _run_ids(cfg.source, cfg.runs) if cfg.runs else None
+    kept, counts = filter_trajectories(trajs, cfg, run_ids=run_ids)
+    if not kept:
+        step = list(counts)[-1]
+        raise InputError(f"data: no trajectory of {cfg.source} is left after the {step!r} filter ({counts})")
+    return kept, counts
 
-    def keep(step: str, pred: Any) -> None:
-        nonlocal trajs
-        trajs = [t for t in trajs if pred(t)]
-        counts[step] = len(trajs)
-        if not trajs:
-            raise InputError(f"data: no trajectory of {cfg.source} is left after the {step!r} filter ({counts})")
 
+def filter_trajectories(
+    trajs: list[Trajectory], cfg: DataConfig, *, run_ids: set[str] | None = None
+) -> tuple[list[Trajectory], dict[str, int]]:
+    """`select_trajectories`'s filters on trajectories in hand (a rejection-sampling round's samples too):
+    the kept ones in their order and the count after each filter that ran; it stops at the first filter
+    that leaves nothing. ``run_ids``: the ids ``cfg.runs`` resolved to (None: every run)."""
     graded = cfg.min_reward is not None or cfg.success_only or cfg.best_of_n is not None
-    keep(
-        "learnable",
-        lambda t: (
-            t.untrainable_reason() in (None, "no_tokens") or (not graded and t.untrainable_reason() == "ungraded")
-        ),
-    )
-    if cfg.runs:
-        ids = _run_ids(cfg.source, cfg.runs)
-        keep("runs", lambda t: t.run_id in ids)
-    if cfg.tasks:
-        keep("tasks", lambda t: t.task_id in set(cfg.tasks))
-    if cfg.policy_versions:
-        keep("policy_versions", lambda t: t.policy_version in set(cfg.policy_versions))
-    keep("statuses", lambda t: t.status in set(cfg.statuses))
-    if cfg.min_reward is not None:
-        keep("min_reward", lambda t: t.grade is not None and t.grade.reward >= cfg.min_reward)
-    if cfg.success_only:
-        keep("success_only", lambda t: t.grade is not None and t.grade.success)
-    if cfg.dedupe:
+
+    def learnable(t: Trajectory) -> bool:
+        reason = t.untrainable_reason()
+        return reason in (None, "no_tokens") or (not graded and reason == "ungraded")
+
+    def first_per_answer(ts: list[Trajectory]) -> list[Trajectory]:
         seen: set[tuple[str, str]] = set()
-
-        def first(t: Trajectory) -> bool:
+        out = []
+        for t in ts:
             key = (t.task_id, answer_key(t))
-            if key in seen:
-                return False
-            seen.add(key)
-            return True
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+        return out
 
-        keep("dedupe", first)
-    if cfg.best_of_n is not None:
+    def best_per_task(ts: list[Trajectory], n: int) -> list[Trajectory]:
         by_task: dict[str, list[Trajectory]] = defaultdict(list)
-        for t in trajs:
+        for t in ts:
             by_task[t.task_id].append(t)
-        best = {
-            t.id for group in by_task.values() for t in sorted(group, key=lambda t: -(t.reward or 0.0))[: cfg.best_of_n]
-        }  # stable: oldest first on ties
-        keep("best_of_n", lambda t: t.id in best)
+        # stable: oldest first on ties
+        best = {t.id for group in by_task.values() for t in sorted(group, key=lambda t: -(t.reward or 0.0))[:n]}
+        return [t for t in ts if t.id in best]
+
+    def where(pred: Any) -> Any:
+        return lambda ts: [t for t in ts if pred(t)]
+
+    steps: list[tuple[str, Any]] = [("learnable", where(learnable))]
+    if run_ids is not None:
+        steps.append(("runs", where(lambda t: t.run_id in run_ids)))
+    if cfg.tasks:
+        steps.append(("tasks", where(lambda t: t.task_id in set(cfg.tasks))))
+    if cfg.policy_versions:
+        steps.append(("policy_versions", where(lambda t: t.policy_version in set(cfg.policy_versions))))
+    steps.append(("statuses", where(lambda t: t.status in set(cfg.statuses))))
+    if cfg.min_reward is not None:
+        min_reward = cfg.min_reward
+        steps.append(("min_reward", where(lambda t: t.grade is not None and t.grade.reward >= min_reward)))
+    if cfg.success_only:
+        steps.append(("success_only", where(lambda t: t.grade is not None and t.grade.success)))
+    if cfg.dedupe:
+        steps.append(("dedupe", first_per_answer))
+    if cfg.best_of_n is not None:
+        n = cfg.best_of_n
+        steps.append(("best_of_n", lambda ts: best_per_task(ts, n)))
+    counts = {"loaded": len(trajs)}
+    for name, apply in steps:
+        trajs = apply(trajs)
+        counts[name] = len(trajs)
+        if not trajs:
+            break
     return trajs, counts
