@@ -156,3 +156,76 @@ def config(**over: Any) -> Any:
         "logging": {"tensorboard": False},
     }
     return build_config(base, [f"{k}={v}" for k, v in over.items()])
+
+
+def write_sft_store(path: Any, n: int = 10, *, seed: int = 0, tokenless: int = 2) -> Any:
+    """A store of recorded trajectories in the fake vocabulary: one shared system prompt, then per task a
+    question, a tool-calling turn, a tool result and a final answer (two sampled runs), some failures,
+    and ``tokenless`` trajectories without a token record (rendered by `FakeSampler.render`)."""
+    import random
+
+    from agentrft.store import Store
+    from agentrft.types import Grade, Run, TokenRecord, ToolCall, ToolCallFunction, Trajectory
+
+    rng = random.Random(seed)
+    system = [1, 5, 6, 7, 8, 9, 10, 11]
+    with Store(path) as s:
+        s.add_run(Run(id="rec", name="recorded", kind="train"))
+        for i in range(n):
+            q = [12 + i % 40, 13 + i % 40]
+            call = [rng.randrange(30) for _ in range(3)]
+            tool = [40, 41, rng.randrange(VOCAB)]
+            answer = [rng.randrange(30) for _ in range(rng.randint(2, 5))]
+            ids = system + q + call + tool + answer
+            mask = [0] * len(system + q) + [1] * len(call) + [0] * len(tool) + [1] * len(answer)
+            turn = [0] * len(system + q + call) + [1] * len(tool + answer)
+            messages = [
+                Message(role="system", content="s"),
+                Message(role="user", content=f"q{i}"),
+                Message(
+                    role="assistant",
+                    tool_calls=[ToolCall(id=f"c{i}", function=ToolCallFunction(name="f", arguments="{}"))],
+                ),
+                Message(role="tool", tool_call_id=f"c{i}", content="r"),
+                Message(role="assistant", content=f"answer {i}"),
+            ]
+            success = i % 4 != 3
+            s.add_trajectory(
+                Trajectory(
+                    run_id="rec",
+                    task_id=f"t{i}",
+                    messages=messages,
+                    n_prompt_messages=2,
+                    tokens=TokenRecord(ids=ids, loss_mask=mask, logprobs=[0.0] * len(ids), turn=turn),
+                    grade=Grade(reward=float(success), success=success),
+                )
+            )
+        for i in range(tokenless):
+            s.add_trajectory(
+                Trajectory(
+                    run_id="rec",
+                    task_id=f"chat{i}",
+                    messages=[
+                        Message(role="system", content="s"),
+                        Message(role="user", content=f"what is {i}?"),
+                        Message(role="assistant", content=f"it is {i}"),
+                    ],
+                    n_prompt_messages=2,
+                    grade=Grade(reward=1.0, success=True),
+                )
+            )
+    return path
+
+
+def sft_config(data: Any, **over: Any) -> Any:
+    """The fake SFT run: the loop tests' config with ``method: sft`` on the trajectories of ``data``."""
+    sft = {
+        "method": "sft",
+        "data.source": str(data),
+        "data.success_only": "true",
+        "sft.batch_size": 3,
+        "steps": 5,
+        "eval.every_steps": 0,
+        "optimizer.micro_batch_tokens": 48,
+    }
+    return config(**{**sft, **over})

@@ -1,4 +1,4 @@
-"""Pure tensor functions of RL fine-tuning: advantages, per-token losses, aggregation, shaping, preference losses.
+"""Pure tensor functions of RL fine-tuning: advantages, per-token losses, aggregation, shaping, preference losses, SFT.
 
 Every function is a function of its tensor arguments (no hidden state, inputs never
 mutated) and returns ``(result, metrics)`` where that makes sense; the caller runs
@@ -18,6 +18,7 @@ from agentrft.algos.aggregation import aggregate, constant, seq_mean_token_mean,
 from agentrft.algos.dpo import PREFERENCE_LOSSES, preference_loss
 from agentrft.algos.dynamic_sampling import filter_groups, is_zero_signal
 from agentrft.algos.losses import clipped_pg_loss, k3_kl, masked_mean, truncated_is_weights
+from agentrft.algos.sft import nll_loss
 from agentrft.algos.shaping import overlong_penalty, shape_rewards
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "is_zero_signal",
     "k3_kl",
     "masked_mean",
+    "nll_loss",
     "overlong_penalty",
     "preference_loss",
     "rloo",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrft.samplers.base import TokenSampler
+from agentrft.samplers.base import ChatRenderer
 
 _STUB: list[dict[str, Any]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
 
@@ -76,7 +76,7 @@ class TokenLedger:
 class DeltaRenderer:
     """Computes the ids to append after a turn's sampled ids, for one sampler and tool set."""
 
-    def __init__(self, sampler: TokenSampler, tools: list[dict[str, Any]] | None) -> None:
+    def __init__(self, sampler: ChatRenderer, tools: list[dict[str, Any]] | None) -> None:
         self.sampler = sampler
         self.tools = tools  # passed to render only for the native format
         self._close: list[int] | None = None

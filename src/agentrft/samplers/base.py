@@ -70,6 +70,18 @@ class SampleResult:
 
 
 @runtime_checkable
+class ChatRenderer(Protocol):
+    """What renders a conversation to token ids: every token sampler, or a tokenizer alone
+    (`chat_template.TokenizerRenderer`)."""
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]: ...
+
+
 class TokenSampler(Protocol):
     policy: str
     policy_version: int

@@ -49,3 +49,10 @@ class RendersWithTokenizer:
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, special tokens included (the exact inverse view of `render`)."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+class TokenizerRenderer(RendersWithTokenizer):
+    """Rendering without a model: a config check renders recorded conversations with the policy's tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer

@@ -172,6 +172,22 @@ def _load_hf(path_or_id: str) -> tuple[Any, Any]:
     return model, tok
 
 
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of an in-process policy name, without its weights (a config check renders with it)."""
+    if name in ("smollm2-135m", "tiny"):
+        return smollm2_tokenizer()
+    if name.startswith("hf:") and len(name) > 3:
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(name[3:], local_files_only=True)
+        except OSError as exc:
+            raise PolicyError(
+                f"policy {name!r}: no tokenizer in a local checkpoint directory or cache: {exc}"
+            ) from None
+    raise PolicyError(f"unknown in-process policy {name!r}; valid: smollm2-135m, tiny, hf:PATH_OR_ID")
+
+
 def load_model_and_tokenizer(name: str = DEFAULT_POLICY, *, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) for an in-process policy name (`smollm2-135m`, `tiny`, `hf:…`)."""
     if name == "smollm2-135m":

@@ -7,7 +7,9 @@ Files are read by `agentrft.inputs` (UTF-8, bounded nesting, no NaN), and an
 empty file is refused rather than read as "all defaults".
 `check_references(cfg)` then resolves what the config names (environment and
 its splits, grader spec, policy) without loading a model, so that a bad config
-fails before a run directory is written. Presets (`PRESETS`) are Python
+fails before a run directory is written; for the methods that learn from
+recorded trajectories it also runs the selection and checks every selected
+trajectory's token record (or renders it). Presets (`PRESETS`) are Python
 constants. Every option documents itself here.
 """
 
@@ -184,17 +186,47 @@ class LoggingConfig(_Cfg):
     mlflow: bool = False
 
 
+class SFTConfig(_Cfg):
+    """Filtered SFT (``method: sft``): mean NLL of the selected trajectories' assistant tokens (algos/sft.py)."""
+
+    batch_size: int = Field(
+        default=8,
+        ge=1,
+        description="trajectories per optimizer step, drawn from the selection as an endless seeded shuffle "
+        "(one pass over it per epoch; epochs = steps * batch_size / selected)",
+    )
+
+
+class RejectionSamplingConfig(_Cfg):
+    """Rejection-sampling fine-tuning (``method: rejection_sampling``): rounds of sample -> grade -> keep -> SFT.
+
+    Each round samples ``rollout.group_size`` episodes of ``tasks_per_round`` tasks of ``rollout.split``
+    with the current policy, grades them, keeps what ``data``'s filters keep (e.g. ``success_only`` and
+    ``best_of_n: 1``: the graded best success per task), then takes ``steps_per_round`` SFT steps of
+    ``sft.batch_size`` kept trajectories. Rounds: ``steps / steps_per_round`` (the last may be shorter)."""
+
+    steps_per_round: int = Field(default=4, ge=1, description="SFT steps on each round's kept trajectories")
+    tasks_per_round: int = Field(default=16, ge=1, description="tasks sampled per round")
+
+
+Method = Literal["grpo", "sft", "rejection_sampling", "dpo"]
+DATA_METHODS: tuple[Method, ...] = ("sft",)  # learn from recorded trajectories named by `data.source`
+
+
 class TrainConfig(_Cfg):
-    method: Literal["grpo", "dpo"] = Field(
+    method: Method = Field(
         default="grpo",
-        description="grpo: online RL (rollout, algorithm); dpo: preference pairs (dpo, and data or dpo.pairs); "
-        "the methods that learn from recorded trajectories read `data`. Every method runs on the one training "
-        "core (train/session.py)",
+        description="grpo: online RL (rollout, algorithm); sft: filtered SFT on recorded trajectories (data, sft); "
+        "rejection_sampling: rounds of sampling with the current policy, keeping the graded best (data's filters) "
+        "and SFT on them (rejection_sampling, rollout, sft); dpo: preference pairs (dpo, and data or dpo.pairs). "
+        "Every method runs on the one training core (train/session.py)",
     )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     data: DataConfig = Field(default_factory=DataConfig, description="recorded trajectories (sft, dpo, reward_model)")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="sft and rejection_sampling")
+    rejection_sampling: RejectionSamplingConfig = Field(default_factory=RejectionSamplingConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     dpo: DPOConfig = Field(default_factory=DPOConfig)
@@ -221,6 +253,22 @@ class TrainConfig(_Cfg):
             data = {**data, "algorithm": {k: v for k, v in algo.items() if k != "logprob_temperature"}}
         return data
 
+    @model_validator(mode="after")
+    def _method_data(self) -> TrainConfig:
+        if self.method == "rejection_sampling":
+            if self.data.source is not None:
+                raise ValueError(
+                    "data.source: rejection_sampling samples its own trajectories; data's filters choose which "
+                    "to keep (leave data.source unset, or use method: sft)"
+                )
+            d = self.data
+            if not (d.success_only or d.min_reward is not None or d.best_of_n is not None):
+                raise ValueError(
+                    "data: rejection_sampling keeps the graded best of each round; set data.success_only, "
+                    "data.min_reward or data.best_of_n"
+                )
+        return self
+
     def sampling_distribution(self) -> Distribution:
         """The distribution the rollout samples from and the trainer trains (`samplers.distribution`)."""
         from agentrft.samplers.distribution import Distribution
@@ -244,8 +292,34 @@ _DEMO: dict[str, Any] = {
     "checkpoint": {"every_steps": 4, "keep_last": 1},
     "logging": {"tensorboard": True},
 }
+# Filtered SFT of SmolLM2-135M on recorded successes; `agentrft sft --data SOURCE` starts from it.
+_SFT: dict[str, Any] = {
+    "method": "sft",
+    "seed": 0,
+    "steps": 30,
+    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
+    "data": {"success_only": True},
+    "sft": {"batch_size": 8},
+    "rollout": {"env": "finqa-lite:1", "temperature": 0.7, "max_tokens": 48},
+    "optimizer": {"lr": 2e-5, "warmup_steps": 2, "schedule": "cosine", "grad_clip": 1.0},
+    "eval": {"every_steps": 0},
+    "checkpoint": {"every_steps": 10, "keep_last": 1},
+    "logging": {"tensorboard": True},
+}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": _DEMO,
+    "sft": _SFT,
+    # Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
+    # each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
+    "rejection-sampling": {
+        **_SFT,
+        "method": "rejection_sampling",
+        "steps": 12,
+        "data": {"success_only": True, "best_of_n": 1},
+        "rejection_sampling": {"steps_per_round": 4, "tasks_per_round": 8},
+        "rollout": {**_DEMO["rollout"]},
+        "checkpoint": {"every_steps": 4, "keep_last": 1},
+    },
     # Minutes, not hours: a smoke run of the same pipeline.
     "demo-quick": {
         **_DEMO,
@@ -310,7 +384,8 @@ def build_config(base: dict[str, Any], overrides: Sequence[str] = (), source: st
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {key}: {first['msg']}{more}") from None
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {key + ': ' if key else ''}{msg}{more}") from None
 
 
 def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -326,7 +401,8 @@ def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> Tr
 
 def check_references(cfg: TrainConfig, source: str = "config") -> None:
     """Resolve what `cfg` names without loading a model: the environment (its tasks are read, so a
-    bad dataset fails here), the train and eval splits, the grader spec and the policy name.
+    bad dataset fails here), the train and eval splits, the grader spec and the policy name; for
+    ``sft`` the data selection and every selected trajectory (`_check_data`).
     ConfigError names the key. Training calls nothing else that can refuse the config."""
     from agentrft.envs.registry import make_env
     from agentrft.graders import load_grader
@@ -354,3 +430,40 @@ def check_references(cfg: TrainConfig, source: str = "config") -> None:
         load_grader(cfg.rollout.grader or env.grader_spec())
     except InputError as exc:
         raise refuse("rollout.grader", str(exc)) from None
+    if cfg.method in DATA_METHODS:
+        _check_data(cfg, env.tool_schemas(), source)
+
+
+def _check_data(cfg: TrainConfig, tool_schemas: list[dict[str, Any]], source: str) -> None:
+    """The selection is not empty and every selected trajectory can be learned from: its token record fits its
+    messages, or (none recorded) the policy's chat template renders it. Loads the tokenizer only to render."""
+    from agentrft.samplers.chat_template import TokenizerRenderer
+    from agentrft.samplers.policies import PolicyError, load_tokenizer
+    from agentrft.train.data import select_trajectories
+    from agentrft.train.records import learnable_records
+
+    if cfg.data.source is None:
+        raise ConfigError(
+            f"{source}: data.source: method {cfg.method} learns from recorded trajectories; name a store (.db) "
+            "or a trajectory export (.jsonl, .parquet)"
+        )
+    try:
+        trajs, _ = select_trajectories(cfg.data)
+        renderer, vocab = None, None
+        if any(t.tokens is None for t in trajs):
+            try:
+                tokenizer = load_tokenizer(cfg.policy.name)
+            except PolicyError as exc:
+                raise ConfigError(f"{source}: policy.name: {exc}") from None
+            renderer, vocab = TokenizerRenderer(tokenizer), len(tokenizer)
+        learnable_records(
+            trajs,
+            renderer=renderer,
+            tool_format=cfg.rollout.tool_format,
+            tool_schemas=tool_schemas,
+            vocab_size=vocab,
+        )
+    except ConfigError:
+        raise
+    except InputError as exc:
+        raise ConfigError(f"{source}: {exc}") from None

@@ -1,7 +1,9 @@
-"""The GRPO/DAPO training loop.
+"""`train()`: every method on the one training core, and GRPO/DAPO's step.
 
-Each step reads as its stages: rollout -> grade -> filter (`collect_stage`) -> advantages ->
-pack -> update -> sync -> (eval) -> log -> checkpoint.
+`train` opens a `session.Session` and runs the step function of ``cfg.method`` on it (the
+one place the method is dispatched): GRPO's below, filtered SFT's in `sft.py`, rejection
+sampling's in `rejection.py`. A GRPO step reads as its stages: rollout -> grade -> filter
+(`collect_stage`) -> advantages -> pack -> update -> sync -> (eval) -> log -> checkpoint.
 
 Public API: `train(config, run_dir, resume=False) -> TrainResult`. The policy is a
 `TrainablePolicy` (`samplers.base`): the trainer optimises its ``model`` in place,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,15 +26,16 @@ from typing import Any
 from agentrft.envs.base import Environment
 from agentrft.eval.harness import evaluate_async
 from agentrft.graders import Grader
-from agentrft.rollout.runner import Runner
 from agentrft.samplers.base import SamplingParams, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
+from agentrft.train.data import select_trajectories
 from agentrft.train.memory import trim
 from agentrft.train.metrics import eval_metrics
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
-from agentrft.train.stages import advantage_stage, collect_stage, pack_stage
+from agentrft.train.stages import advantage_stage, collect_stage, pack_stage, train_runner
 from agentrft.train.update import policy_update
+from agentrft.types import Trajectory
 
 
 @dataclass
@@ -91,6 +95,21 @@ def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -
     return eval_metrics(result, "valid")
 
 
+def periodic_eval(cfg: TrainConfig, comps: Components, session: Session) -> Callable[[int], dict[str, float]]:
+    """``evaluate(step)``: `eval_stage`'s metrics and its time when a periodic eval is due, else nothing."""
+
+    def evaluate(step: int) -> dict[str, float]:
+        every = cfg.eval.every_steps
+        if not every or (step % every and step != cfg.steps):
+            return {}
+        t0 = time.perf_counter()
+        metrics = eval_stage(cfg, comps, session.run_id, session.state.policy_version)
+        metrics["time/eval_s"] = time.perf_counter() - t0
+        return metrics
+
+    return evaluate
+
+
 def train(
     cfg: TrainConfig,
     run_dir: Path,
@@ -104,7 +123,9 @@ def train(
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
     would). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
     ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`).
-    ``cfg.method`` picks the method; this function is GRPO's, the others are dispatched from here."""
+    ``cfg.method`` picks the method: DPO runs its own step function (train/dpo.py); GRPO, SFT and
+    rejection sampling are dispatched below. A method that learns from recorded trajectories selects
+    them before anything is written."""
     if cfg.method == "dpo":
         from agentrft.train.dpo import train_dpo
 
@@ -120,6 +141,9 @@ def train(
         )
     run_dir = Path(run_dir)
     last = check_run_dir(run_dir, cfg, resume=resume, allow_config_change=allow_config_change)
+    selected: tuple[list[Trajectory], dict[str, int]] | None = None
+    if cfg.method == "sft":
+        selected = select_trajectories(cfg.data)  # an empty selection is refused here (InputError)
     seed_everything(cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     comps = components or build_components(cfg, run_dir)
@@ -129,8 +153,13 @@ def train(
             f"policy {getattr(policy, 'policy', policy)!r} cannot be trained in process "
             "(not a TrainablePolicy: eval-only endpoints and remote engines are sampled, not trained)"
         )
+    data = None
+    if selected is not None:  # token records checked, or rendered, before the session writes anything
+        from agentrft.train.sft import sft_data
+
+        data = sft_data(cfg, *selected, policy, comps.env.tool_schemas())
     ref_model = None  # the initial weights, before any checkpoint is loaded (LoRA: the adapter disabled)
-    if cfg.algorithm.kl_coef > 0 and cfg.policy.finetune == "full":
+    if cfg.method == "grpo" and cfg.algorithm.kl_coef > 0 and cfg.policy.finetune == "full":
         ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False)
     session = Session.open(
         cfg,
@@ -144,29 +173,36 @@ def train(
     if last is not None:
         policy.weights_updated(session.state.policy_version)
     try:
-        session.run(_grpo_step(cfg, comps, session, ref_model), progress=progress, stop_after=stop_after)
+        evaluate = periodic_eval(cfg, comps, session)
+        if cfg.method == "sft":
+            from agentrft.train.sft import note_data, sft_step
+
+            assert data is not None
+            note_data(comps.store, session.run_id, data, cfg.data.source)
+            step_fn = sft_step(cfg, policy, session, data, evaluate)
+        elif cfg.method == "rejection_sampling":
+            from agentrft.train.rejection import rejection_sampling_step
+
+            step_fn = rejection_sampling_step(cfg, comps.env, policy, comps.grader, comps.store, session, evaluate)
+        else:
+            step_fn = _grpo_step(cfg, comps, session, ref_model, evaluate)
+        session.run(step_fn, progress=progress, stop_after=stop_after)
         session.finish(policy.tokenizer)
     finally:
         session.close()
     return TrainResult(run_dir, session.run_id, session.state.step, session.history, session.saved)
 
 
-def _grpo_step(cfg: TrainConfig, comps: Components, session: Session, ref_model: Any) -> StepFn:
+def _grpo_step(
+    cfg: TrainConfig, comps: Components, session: Session, ref_model: Any, evaluate: Callable[[int], dict[str, float]]
+) -> StepFn:
     """One GRPO/DAPO step: collect (rollout -> grade -> filter) -> advantages -> pack -> update -> sync -> eval."""
     policy, state, model = comps.sampler, session.state, session.model
     dist = cfg.sampling_distribution()
     tasks = comps.env.tasks(cfg.rollout.split)
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
-    r = cfg.rollout
-    runner = Runner(
-        comps.env,
-        policy,
-        store=comps.store,
-        tool_format=r.tool_format,
-        progress=False,
-        params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens),
-    )
+    runner = train_runner(cfg, comps.env, policy, comps.store)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
 
     def step_fn(step: int) -> dict[str, float]:
@@ -201,10 +237,7 @@ def _grpo_step(cfg: TrainConfig, comps: Components, session: Session, ref_model:
         metrics["time/training_s"] = time.perf_counter() - t0
         metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
         metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(metrics["time/sampling_s"], 1e-9)
-        if cfg.eval.every_steps and (step % cfg.eval.every_steps == 0 or step == cfg.steps):
-            t0 = time.perf_counter()
-            metrics.update(eval_stage(cfg, comps, session.run_id, state.policy_version))
-            metrics["time/eval_s"] = time.perf_counter() - t0
+        metrics.update(evaluate(step))
         return metrics
 
     return step_fn

@@ -25,8 +25,10 @@ from typing import TypeVar
 import torch
 
 from agentrft.algos import broadcast_turn_advantages, get_advantage_estimator, is_zero_signal, shape_rewards, turn_level
+from agentrft.envs.base import Environment
 from agentrft.graders import Grader, agrade_trajectories
 from agentrft.rollout.runner import Runner
+from agentrft.samplers.base import SamplingParams, TokenSampler
 from agentrft.store import Store
 from agentrft.train.config import AlgorithmConfig, TrainConfig
 from agentrft.train.metrics import rollout_metrics
@@ -38,18 +40,32 @@ MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two
 
 
 def next_tasks(tasks: Sequence[T], cursor: int, n: int, seed: int) -> list[T]:
-    """Tasks ``cursor .. cursor+n`` of an endless stream: one seeded shuffle of the task list per epoch
-    (DPO draws its pairs the same way)."""
+    """Items ``cursor .. cursor+n`` of an endless stream: one seeded shuffle of the list per epoch. GRPO draws
+    its tasks this way, SFT its trajectories and DPO its pairs; the cursor in the checkpoint makes a resumed
+    run draw the same."""
     out: list[T] = []
     size = len(tasks)
     if size == 0:
-        raise ValueError("the environment has no training tasks")
+        raise ValueError("nothing to draw from (no training tasks, or an empty selection)")
     for pos in range(cursor, cursor + n):
         epoch, idx = divmod(pos, size)
         order = list(range(size))
         random.Random(seed * 1_000_003 + epoch).shuffle(order)
         out.append(tasks[order[idx]])
     return out
+
+
+def train_runner(cfg: TrainConfig, env: Environment, policy: TokenSampler, store: Store | None) -> Runner:
+    """The runner that samples training episodes: the rollout config's distribution and tool format."""
+    r = cfg.rollout
+    return Runner(
+        env,
+        policy,
+        store=store,
+        tool_format=r.tool_format,
+        progress=False,
+        params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens),
+    )
 
 
 def rollout_stage(
