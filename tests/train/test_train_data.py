@@ -93,3 +93,29 @@ def test_an_empty_selection_says_which_filter_emptied_it(db, tmp_path) -> None:
         select_trajectories(DataConfig(source=str(tmp_path / "missing.db")))
     with pytest.raises(InputError, match=r"data.source: this method learns from recorded trajectories"):
         select_trajectories(DataConfig())
+
+
+def test_dedupe_compares_tool_calls_by_name_and_arguments_not_by_their_minted_ids() -> None:
+    from agentrft.train.data import filter_trajectories
+    from agentrft.types import ToolCall, ToolCallFunction
+
+    def episode(call_id: str, expression: str) -> Trajectory:
+        call = ToolCall(id=call_id, function=ToolCallFunction(name="calculate", arguments=expression))
+        return Trajectory(
+            task_id="a",
+            messages=[
+                Message(role="user", content="q"),
+                Message(role="assistant", tool_calls=[call]),
+                Message(role="tool", tool_call_id=call_id, content="2"),
+                Message(role="assistant", content="2"),
+            ],
+            n_prompt_messages=1,
+            grade=Grade(reward=1.0, success=True),
+        )
+
+    same = [episode("call_A", '{"expression": "1+1"}'), episode("call_B", '{"expression": "1+1"}')]
+    other = episode("call_C", '{"expression": "4/2"}')
+    kept, counts = filter_trajectories([*same, other], DataConfig(success_only=True))
+    assert [t.id for t in kept] == [same[0].id, other.id] and counts["dedupe"] == 2
+    kept, counts = filter_trajectories([*same, other], DataConfig(tasks=["b"]))
+    assert kept == [] and counts == {"loaded": 3, "learnable": 3, "tasks": 0}  # stops at the filter that emptied it

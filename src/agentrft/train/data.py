@@ -99,11 +99,15 @@ def _run_ids(source: str, wanted: list[str]) -> set[str]:
 
 
 def answer_key(traj: Trajectory) -> str:
-    """What makes two trajectories of one task the same answer: their assistant turns, as text and tool calls."""
+    """What makes two trajectories of one task the same answer: their assistant turns, as text and tool calls
+    (name and arguments; a call's id is minted per episode and says nothing about the answer)."""
     own = traj.messages[traj.n_prompt_messages :]
     return json.dumps(
-        [[m.text(), [c.model_dump() for c in m.tool_calls or []]] for m in own if m.role == "assistant"],
-        sort_keys=True,
+        [
+            [m.text(), [[c.function.name, c.function.arguments] for c in m.tool_calls or []]]
+            for m in own
+            if m.role == "assistant"
+        ]
     )
 
 
