@@ -1,4 +1,6 @@
-"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: fine-tuning by the config's method.
+"""`agentrft train CONFIG [--set k=v ...] [--resume] [--run-dir DIR]`: every training method (GRPO/DAPO, filtered
+SFT, rejection sampling, DPO), and `agentrft sft --data SOURCE ...`, the same config system's ``sft`` preset with
+``data.source`` and ``policy.name`` filled in.
 
 Everything the config says is checked before the run directory is touched: the file itself
 (`train.config.load_config`), then what it names (`check_references`: environment, splits,
@@ -21,23 +23,50 @@ if TYPE_CHECKING:
     from agentrft.train.config import TrainConfig
 
 
+_RESUME_HELP = "Continue from the run dir's latest checkpoint."
+_ALLOW_HELP = "With --resume: continue even though the config differs from the saved one."
+_SET_HELP = "Override one option, e.g. --set optimizer.lr=1e-5 (repeatable)."
+
+
 def train_cmd(
-    config: str = typer.Argument(..., help="YAML/TOML config file, or a preset name (demo, demo-quick)."),
-    set_: list[str] = typer.Option([], "--set", help="Override one option, e.g. --set optimizer.lr=1e-5 (repeatable)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the run dir's latest checkpoint."),
-    allow_config_change: bool = typer.Option(
-        False,
-        "--allow-config-change",
-        help="With --resume: continue even though the config differs from the saved one.",
+    config: str = typer.Argument(
+        ..., help="YAML/TOML config file, or a preset name (demo, demo-quick, sft, rejection-sampling)."
     ),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    allow_config_change: bool = typer.Option(False, "--allow-config-change", help=_ALLOW_HELP),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
 ) -> None:
-    """Train a policy: GRPO/DAPO on an environment's tasks, or DPO on pairs (method: dpo); metrics go to
-    RUN_DIR/metrics.jsonl."""
+    """Train a policy (method: grpo, sft, rejection_sampling or dpo); metrics go to RUN_DIR/metrics.jsonl."""
     from agentrft.train.config import load_config
 
     run_training(load_config(config, set_), config, run_dir, resume, allow_config_change, as_json)
+
+
+def sft_cmd(
+    data: str = typer.Option(
+        ..., "--data", help="Recorded trajectories: a store (.db) or an export (.jsonl, .parquet)."
+    ),
+    policy: str = typer.Option("smollm2-135m", "--policy", help="Policy to fine-tune: smollm2-135m | tiny | hf:PATH."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override one option of the sft preset, e.g. --set data.runs=[demo2] (repeatable)."
+    ),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    allow_config_change: bool = typer.Option(False, "--allow-config-change", help=_ALLOW_HELP),
+    run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
+    as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
+) -> None:
+    """Filtered SFT on recorded trajectories: `agentrft train sft --set data.source=DATA --set policy.name=POLICY`.
+
+    The sft preset keeps successful trajectories (data.success_only) and learns their assistant tokens only;
+    select with --set data.runs=[...], data.tasks, data.min_reward, data.best_of_n, data.dedupe."""
+    from agentrft.train.config import PRESETS, build_config
+
+    preset = PRESETS["sft"]
+    base = {**preset, "data": {**preset["data"], "source": data}, "policy": {**preset["policy"], "name": policy}}
+    cfg = build_config(base, set_, source="preset sft")  # the values as given: a path is not read as YAML
+    run_training(cfg, "preset sft", run_dir, resume, allow_config_change, as_json)
 
 
 _SHOWN = (
@@ -61,7 +90,7 @@ def run_training(
     if run_dir is None:
         if resume:
             raise fail("--resume needs --run-dir (the run to continue)")
-        run_dir = Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = Path("runs") / f"{'train' if cfg.method == 'grpo' else cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
     if run_dir.exists() and not run_dir.is_dir():
         raise fail(f"--run-dir {run_dir} is a file, not a directory")
 
@@ -88,3 +117,4 @@ def run_training(
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
+    app.command("sft")(sft_cmd)
