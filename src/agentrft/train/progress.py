@@ -1,7 +1,7 @@
 """What a person watching `agentrft train` / `demo` sees while training runs.
 
-On a terminal: a live progress bar over steps with the last step's reward, success
-and timings. Elsewhere (a log file, CI, a pipe): one plain line per step, so a
+On a terminal: a live progress bar over steps with the last step's reward and success
+(or SFT's NLL) and timings. Elsewhere (a log file, CI, a pipe): one plain line per step, so a
 ten-minute training phase is never silent. Off when ``enabled`` is False
 (library use, tests).
 """
@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
     """``step 3/10  reward 0.412  success 0.344  excluded 0  sample 9.1s  update 7.9s`` (GRPO), or
-    ``step 3/10  loss 0.641  accuracy 0.750  margin 0.120  update 7.9s`` (DPO)."""
+    ``step 3/10  loss 0.641  accuracy 0.750  margin 0.120  update 7.9s`` (DPO), or
+    ``step 3/30  nll 0.191  update 22.8s`` (SFT): what the step measured, nothing it did not."""
     parts = [f"step {step}/{total}"]
     if "rewards/accuracy" in metrics:  # a preference method: no rollout
         parts.append(f"loss {metrics.get('loss', 0.0):.3f}")
@@ -22,13 +23,17 @@ def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
         parts.append(f"margin {metrics.get('rewards/margin', 0.0):.3f}")
         parts.append(f"update {metrics.get('time/training_s', 0.0):.1f}s")
         return "  ".join(parts)
-    parts.append(f"reward {metrics.get('train_reward_mean', 0.0):.3f}")
-    parts.append(f"success {metrics.get('train_success_rate', 0.0):.3f}")
+    if "train_reward_mean" in metrics:
+        parts.append(f"reward {metrics['train_reward_mean']:.3f}")
+        parts.append(f"success {metrics.get('train_success_rate', 0.0):.3f}")
     if "excluded_trajectories" in metrics:
         parts.append(f"excluded {int(metrics['excluded_trajectories'])}")
+    if "nll" in metrics:
+        parts.append(f"nll {metrics['nll']:.3f}")
     if "valid_reward_mean" in metrics:
         parts.append(f"valid reward {metrics['valid_reward_mean']:.3f}")
-    parts.append(f"sample {metrics.get('time/sampling_s', 0.0):.1f}s")
+    if "time/sampling_s" in metrics:
+        parts.append(f"sample {metrics['time/sampling_s']:.1f}s")
     parts.append(f"update {metrics.get('time/training_s', 0.0):.1f}s")
     return "  ".join(parts)
 
