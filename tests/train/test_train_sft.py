@@ -293,3 +293,22 @@ def test_a_trajectory_without_an_assistant_turn_is_refused_by_id(tmp_path):
     with pytest.raises(RecordError, match=rf"^data: trajectory {empty.id}: no assistant turn after its 1 prompt"):
         train(F.sft_config(source), run_dir, components=F.components(run_dir))
     _nothing_trained(run_dir)
+
+
+def test_sft_trains_the_policys_own_distribution_the_first_nll_is_the_samplers_logprob(tmp_path):
+    """Log-probs at temperature 1: before any update, the NLL of episodes the policy sampled at T = 1 is minus
+    the mean log-prob the sampler reported for them (fp32 both sides)."""
+    recorded = tmp_path / "grpo"
+    train(F.config(steps=1, **{"eval.every_steps": 0}), recorded, components=F.components(recorded))
+    with Store(recorded / "agentrft.db") as s:
+        trajs = [t for t in s.query_trajectories() if t.policy_version == 0]
+    assert len(trajs) == 6
+    sampled = [lp for t in trajs for lp, m in zip(t.tokens.logprobs, t.tokens.loss_mask, strict=True) if m]
+    cfg = F.sft_config(
+        recorded / "agentrft.db",
+        **{"data.success_only": "false", "data.dedupe": "false", "data.policy_versions": "[0]", "sft.batch_size": 6},
+    )
+    res = train(cfg, tmp_path / "sft", components=F.components(tmp_path / "sft"), stop_after=1)
+    first = res.history[0]
+    assert first["train_tokens"] == len(sampled) == 36
+    assert first["nll"] == pytest.approx(-sum(sampled) / len(sampled), abs=1e-5)
