@@ -69,7 +69,6 @@ class SampleResult:
     latency_s: float = 0.0
 
 
-@runtime_checkable
 class ChatRenderer(Protocol):
     """What renders a conversation to token ids: every token sampler, or a tokenizer alone
     (`chat_template.TokenizerRenderer`)."""
@@ -82,6 +81,7 @@ class ChatRenderer(Protocol):
     ) -> list[int]: ...
 
 
+@runtime_checkable
 class TokenSampler(Protocol):
     policy: str
     policy_version: int
