@@ -292,16 +292,18 @@ _DEMO: dict[str, Any] = {
     "checkpoint": {"every_steps": 4, "keep_last": 1},
     "logging": {"tensorboard": True},
 }
-# Filtered SFT of SmolLM2-135M on recorded successes; `agentrft sft --data SOURCE` starts from it.
+# Filtered SFT of SmolLM2-135M on recorded successes; `agentrft sft --data SOURCE` starts from it. On the demo's
+# 53 distinct successes (demo2 run) these 16 steps (2.4 epochs) took held-out pass@1 from 0.109 to 0.688.
+# No gradient checkpointing: a step of 8 trajectories packs to ~1,500 tokens (one shared prompt), 4.9 GiB peak RSS.
 _SFT: dict[str, Any] = {
     "method": "sft",
     "seed": 0,
-    "steps": 30,
-    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
+    "steps": 16,
+    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": False},
     "data": {"success_only": True},
     "sft": {"batch_size": 8},
     "rollout": {"env": "finqa-lite:1", "temperature": 0.7, "max_tokens": 48},
-    "optimizer": {"lr": 2e-5, "warmup_steps": 2, "schedule": "cosine", "grad_clip": 1.0},
+    "optimizer": {"lr": 3e-5, "warmup_steps": 2, "schedule": "cosine", "grad_clip": 1.0},
     "eval": {"every_steps": 0},
     "checkpoint": {"every_steps": 10, "keep_last": 1},
     "logging": {"tensorboard": True},
