@@ -295,7 +295,7 @@ def test_tokens_that_disagree_with_the_messages_are_refused(tmp_path, no_model):
         s.add_trajectory(t)
     _refused(
         tmp_path,
-        rf"trajectory {t.id}: field 'tokens': the token record disagrees with the messages: 2 runs",
+        rf"trajectory {t.id}: field 'tokens': its token record has 2 runs of sampled tokens but its messages have 1 assistant turn",
         source=str(path),
     )
 

@@ -36,8 +36,6 @@ import torch
 
 from agentrft.algos import preference_loss
 from agentrft.pairs import write_pairs
-from agentrft.rollout.agent import to_render
-from agentrft.rollout.formats import make_format
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import RUN_STORE_NAME, Store
@@ -54,16 +52,6 @@ from agentrft.train.update import _autocast, autocast_dtype, batch_logprobs, bat
 REFERENCE_NAME = "dpo_reference.pt"
 PAIRS_NAME = "pairs.jsonl"
 _POLICY_DIST = Distribution()  # the model's own distribution (temperature 1)
-
-
-def eos_ids(policy: TrainablePolicy) -> frozenset[int]:
-    """End-of-sequence ids of the policy (tokenizer and generation config): where a rendered turn's loss ends."""
-    ids: set[int] = set()
-    if policy.tokenizer is not None and policy.tokenizer.eos_token_id is not None:
-        ids.add(int(policy.tokenizer.eos_token_id))
-    gen = getattr(getattr(policy.model, "generation_config", None), "eos_token_id", None)
-    ids |= set(gen) if isinstance(gen, list | tuple) else ({gen} if gen is not None else set())
-    return frozenset(ids)
 
 
 def pack_pairs(pairs: Sequence[PairTokens], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
@@ -178,9 +166,10 @@ def train_dpo(
         from agentrft.samplers.policies import load_trainable_policy
 
         policy = load_trainable_policy(cfg.policy.name, sampler="reference", seed=cfg.seed)
-    fmt = make_format(cfg.rollout.tool_format, [])
-    eos = eos_ids(policy)
-    encoded = [encode_pair(p, policy.render, lambda m: to_render(m, fmt), eos) for p in pairs]
+    from agentrft.envs.registry import make_env
+
+    schemas = make_env(cfg.rollout.env).tool_schemas()  # how a rendered pair's tool calls are written
+    encoded = [encode_pair(p, policy, cfg.rollout.tool_format, schemas) for p in pairs]
     check_vocab(encoded, pairs, int(policy.model.get_input_embeddings().weight.shape[0]))
     data_metrics["data/pairs_rendered"] = float(sum(e.rendered for e in encoded))
     run_dir.mkdir(parents=True, exist_ok=True)

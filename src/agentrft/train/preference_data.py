@@ -10,26 +10,24 @@ where (``FILE:LINE: field ...`` or ``SOURCE: trajectory ID: field 'tokens...'``)
 Sequences. When both trajectories of a pair carry token records, their tokens are used as
 recorded (never re-tokenised): ``loss_mask`` 1 exactly on the sampled tokens of every turn.
 Otherwise (a pairs file, an imported chat log) both sides are rendered through the policy's
-chat template, tool calls written in ``rollout.tool_format``: the prompt with the generation
-prompt, then each message appended; an assistant message's new tokens are loss tokens up to
-and including its first end-of-sequence id (what a sampler stops at; the template's newline
-after it is not), tool messages and generation prompts are not. A template that does not
-render by appending (it rewrites earlier turns) is refused for that pair. The count of
+chat template by `records.render_token_record`, the renderer SFT uses too (tool calls written
+in ``rollout.tool_format``; each assistant turn's tokens through its turn end are loss tokens;
+a template that rewrites earlier turns is refused for that pair). The count of
 rendered pairs is reported (``data/pairs_rendered``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agentrft.inputs import InputError
 from agentrft.pairs import Pair, build_pairs, read_pairs, require_pairs
-from agentrft.types import Message, Trajectory
-
-Render = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, bool], list[int]]
+from agentrft.samplers.base import ChatRenderer
+from agentrft.train.records import render_token_record, token_record_problem
+from agentrft.types import Message, TokenRecord, Trajectory
 
 
 @dataclass(frozen=True)
@@ -71,36 +69,12 @@ def load_pairs(
     }
 
 
-def _sampled_spans(traj: Trajectory) -> list[tuple[int, int]]:
-    """(start, end) of each maximal run of sampled tokens."""
-    assert traj.tokens is not None
-    spans: list[tuple[int, int]] = []
-    mask = traj.tokens.loss_mask
-    for i, m in enumerate(mask):
-        if m and (i == 0 or not mask[i - 1]):
-            spans.append((i, i))
-        if m:
-            spans[-1] = (spans[-1][0], i + 1)
-    return spans
-
-
 def check_token_record(traj: Trajectory, where: str) -> None:
-    """The token record agrees with the messages: one run of sampled tokens per assistant turn after the
-    prompt, in turn order (``tokens.turn``), and the first token is not sampled."""
-    tok = traj.tokens
-    assert tok is not None
-    at = f"{where}: trajectory {traj.id}"
-    spans = _sampled_spans(traj)
-    if not spans:
-        raise InputError(f"{at}: field 'tokens.loss_mask': no sampled token to learn from")
-    if tok.loss_mask[0]:
-        raise InputError(f"{at}: field 'tokens.loss_mask': the first token is marked sampled (it has no context)")
-    turns = [sorted(set(tok.turn[a:b])) for a, b in spans]
-    if len(spans) != traj.num_turns or turns != [[k] for k in range(traj.num_turns)]:
-        raise InputError(
-            f"{at}: field 'tokens': the token record disagrees with the messages: {len(spans)} runs of sampled "
-            f"tokens (turns {turns}) for {traj.num_turns} assistant turns after the prompt"
-        )
+    """The token record agrees with the messages (`records.token_record_problem`: the one check every method
+    that learns from recorded trajectories uses)."""
+    problem = token_record_problem(traj)
+    if problem is not None:
+        raise InputError(f"{where}: trajectory {traj.id}: field 'tokens': {problem}")
 
 
 def check_pair_tokens(pair: Pair, source: str) -> None:
@@ -120,60 +94,25 @@ def check_pair_tokens(pair: Pair, source: str) -> None:
         )
 
 
-def _extend(
-    ids: list[int], mask: list[int], full: list[int], loss: bool, eos_ids: frozenset[int], where: str
-) -> tuple[list[int], list[int]]:
-    if full[: len(ids)] != ids:
-        raise InputError(
-            f"{where}: the policy's chat template does not render this conversation by appending (a later message "
-            "changes earlier tokens), so its loss tokens cannot be told apart"
-        )
-    new = full[len(ids) :]
-    new_mask = [0] * len(new)
-    if loss:
-        end = next((i + 1 for i, t in enumerate(new) if t in eos_ids), len(new))
-        new_mask[:end] = [1] * end
-    return full, mask + new_mask
-
-
-def render_conversation(
-    prompt: Sequence[Message],
-    continuation: Sequence[Message],
-    render: Render,
-    to_render: Callable[[Message], dict[str, Any]],
-    eos_ids: frozenset[int],
-    where: str,
-) -> tuple[list[int], list[int]]:
-    """(ids, loss mask) of ``prompt + continuation`` through the chat template (see the module docstring)."""
-    msgs = [to_render(m) for m in prompt]
-    ids = list(render(msgs, None, True))
-    mask = [0] * len(ids)
-    for j, m in enumerate(continuation):
-        msgs.append(to_render(m))
-        nxt = continuation[j + 1] if j + 1 < len(continuation) else None
-        if m.role == "assistant":
-            ids, mask = _extend(ids, mask, list(render(msgs, None, False)), True, eos_ids, where)
-        if nxt is not None and nxt.role == "assistant":
-            ids, mask = _extend(ids, mask, list(render(msgs, None, True)), False, eos_ids, where)
-        elif nxt is None and m.role != "assistant":
-            ids, mask = _extend(ids, mask, list(render(msgs, None, False)), False, eos_ids, where)
-    if not any(mask):
-        raise InputError(f"{where}: renders to no assistant token to learn from")
-    return ids, mask
-
-
-def encode_pair(
-    pair: Pair, render: Render, to_render: Callable[[Message], dict[str, Any]], eos_ids: frozenset[int]
-) -> PairTokens:
-    """The pair's two sequences: its token records when both trajectories have one, else the chat template."""
+def encode_pair(pair: Pair, renderer: ChatRenderer, tool_format: str, tool_schemas: list[dict[str, Any]]) -> PairTokens:
+    """The pair's two sequences: its token records when both trajectories have one, else both sides rendered
+    through the chat template by `records.render_token_record` (the one renderer of recorded conversations)."""
     c, r = pair.chosen_trajectory, pair.rejected_trajectory
     if c is not None and r is not None and c.tokens is not None and r.tokens is not None:
         return PairTokens(
             pair.id, list(c.tokens.ids), list(c.tokens.loss_mask), list(r.tokens.ids), list(r.tokens.loss_mask), False
         )
-    ci, cm = render_conversation(pair.prompt, pair.chosen, render, to_render, eos_ids, f"{pair.where}: chosen")
-    ri, rm = render_conversation(pair.prompt, pair.rejected, render, to_render, eos_ids, f"{pair.where}: rejected")
-    return PairTokens(pair.id, ci, cm, ri, rm, True)
+
+    def render(side: str, continuation: Sequence[Message]) -> TokenRecord:
+        conversation = Trajectory(id=f"{pair.id}:{side}", messages=[*pair.prompt, *continuation],
+                                  n_prompt_messages=len(pair.prompt))  # fmt: skip
+        try:
+            return render_token_record(conversation, renderer, tool_format, tool_schemas)
+        except InputError as exc:
+            raise InputError(f"{pair.where}: {side}: {exc}") from None
+
+    chosen, rejected = render("chosen", pair.chosen), render("rejected", pair.rejected)
+    return PairTokens(pair.id, chosen.ids, chosen.loss_mask, rejected.ids, rejected.loss_mask, True)
 
 
 def check_vocab(encoded: Sequence[PairTokens], pairs: Sequence[Pair], vocab: int) -> None:
