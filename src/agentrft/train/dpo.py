@@ -47,7 +47,7 @@ from agentrft.train.preference_data import PairTokens, check_vocab, encode_pair,
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
 from agentrft.train.shared_prefix import shared_prefix_micro_batches
 from agentrft.train.stages import next_tasks
-from agentrft.train.update import _autocast, autocast_dtype, batch_logprobs, batch_stats, optimizer_steps
+from agentrft.train.update import autocast, autocast_dtype, batch_logprobs, batch_stats, optimizer_steps
 
 REFERENCE_NAME = "dpo_reference.pt"
 PAIRS_NAME = "pairs.jsonl"
@@ -71,7 +71,7 @@ def sequence_logprobs(
     model: Any, mb: MicroBatch, *, chunk: int, precision: torch.dtype | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) summed log-probs of each row's loss tokens (float64) and (B,) their counts."""
-    with _autocast(precision):
+    with autocast(precision):
         logp, _ = batch_logprobs(model, mb, chunk=chunk, dist=_POLICY_DIST, with_entropy=False)
     return logp.double().sum(-1), mb.loss_mask.sum(-1).double()
 

@@ -36,7 +36,7 @@ from agentrft.train.packing import MicroBatch
 from agentrft.train.records import learnable_records
 from agentrft.train.session import Session, StepFn
 from agentrft.train.stages import next_tasks, pack_stage
-from agentrft.train.update import _autocast, batch_logprobs, batch_stats, optimizer_steps
+from agentrft.train.update import autocast, batch_logprobs, batch_stats, optimizer_steps
 from agentrft.types import Trajectory
 
 Evaluate = Callable[[int], dict[str, float]]  # step -> valid_ metrics when a periodic eval is due, else {}
@@ -102,7 +102,7 @@ def sft_update(
     dist = Distribution()  # temperature 1: the model's own distribution
 
     def loss_fn(mb: MicroBatch, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        with _autocast(precision):
+        with autocast(precision):
             logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
         per_token, m = nll_loss(logp, mb.loss_mask)
         loss = aggregate(

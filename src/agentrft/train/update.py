@@ -53,7 +53,7 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
 
 @contextlib.contextmanager
-def _autocast(dtype: torch.dtype | None) -> Iterator[None]:
+def autocast(dtype: torch.dtype | None) -> Iterator[None]:
     if dtype is None:
         yield
     else:
@@ -201,13 +201,13 @@ def policy_update(
         return {"update_skipped": 1.0}
     model.train()
     if algo.updates_per_batch > 1:
-        with torch.no_grad(), _autocast(precision):
+        with torch.no_grad(), autocast(precision):
             for mb in batches:
                 mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist, with_entropy=False)[0]
     gap = [0.0, 0.0]  # sum and max over the first pass
 
     def loss_fn(mb: MicroBatch, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
-        with _autocast(precision):
+        with autocast(precision):
             logp, ent = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist)
         if epoch == 0:
             mb_gap_sum, mb_gap_max = _sampler_gap(logp, mb)
