@@ -167,6 +167,43 @@ class DPOConfig(_Cfg):
     )
 
 
+class RewardModelConfig(_Cfg):
+    """A Bradley–Terry reward model from preference pairs (``method: reward_model``; see train/reward_model.py)."""
+
+    pairs: str | None = Field(
+        default=None,
+        description="a TRL conversational pairs file (JSONL: prompt/chosen/rejected), rendered through the "
+        "policy's chat template; None: pairs built from the trajectories `data` selects",
+    )
+    margin: float = Field(
+        default=DEFAULT_MARGIN, gt=0.0, description="least reward gap between chosen and rejected (pairing)"
+    )
+    pairs_per_task: int = Field(
+        default=DEFAULT_PAIRS_PER_TASK,
+        ge=1,
+        description="most pairs per task (pairing): largest gap first, then the least-used trajectories",
+    )
+    pairs_per_step: int = Field(
+        default=8, ge=1, description="pairs per optimizer step, in a seeded order reshuffled every epoch"
+    )
+    heldout_fraction: float = Field(
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="fraction of the tasks whose pairs are held out (never trained on) to measure pairwise "
+        "accuracy; which tasks is fixed by a hash of the task id (a pairs file without task_id: of the prompt)",
+    )
+    heldout_every_steps: int = Field(
+        default=0, ge=0, description="held-out accuracy every N steps; it is always measured after the last"
+    )
+    center_coef: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="c of the centring term c * (r_w + r_l)^2 (keeps scores near 0, so sigmoid(score) reads as a "
+        "probability of being preferred); 0 = the plain Bradley-Terry loss",
+    )
+
+
 class EvalConfig(_Cfg):
     every_steps: int = Field(default=0, ge=0, description="0 = no periodic eval")
     split: str = Field(default="held-out", description="held-out task split (finqa-lite: held-out or ood)")
@@ -209,7 +246,7 @@ class RejectionSamplingConfig(_Cfg):
     tasks_per_round: int = Field(default=16, ge=1, description="tasks sampled per round")
 
 
-Method = Literal["grpo", "sft", "rejection_sampling", "dpo"]
+Method = Literal["grpo", "sft", "rejection_sampling", "dpo", "reward_model"]
 DATA_METHODS: tuple[Method, ...] = ("sft",)  # learn from recorded trajectories named by `data.source`
 
 
@@ -218,8 +255,9 @@ class TrainConfig(_Cfg):
         default="grpo",
         description="grpo: online RL (rollout, algorithm); sft: filtered SFT on recorded trajectories (data, sft); "
         "rejection_sampling: rounds of sampling with the current policy, keeping the graded best (data's filters) "
-        "and SFT on them (rejection_sampling, rollout, sft); dpo: preference pairs (dpo, and data or dpo.pairs). "
-        "Every method runs on the one training core (train/session.py)",
+        "and SFT on them (rejection_sampling, rollout, sft); dpo: preference pairs (dpo, and data or dpo.pairs); "
+        "reward_model: a Bradley-Terry reward model from preference pairs (reward_model, and data or "
+        "reward_model.pairs). Every method runs on the one training core (train/session.py)",
     )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
@@ -230,6 +268,7 @@ class TrainConfig(_Cfg):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     dpo: DPOConfig = Field(default_factory=DPOConfig)
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

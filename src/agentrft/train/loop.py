@@ -123,9 +123,9 @@ def train(
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
     would). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
     ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`).
-    ``cfg.method`` picks the method: DPO runs its own step function (train/dpo.py); GRPO, SFT and
-    rejection sampling are dispatched below. A method that learns from recorded trajectories selects
-    them before anything is written."""
+    ``cfg.method`` picks the method: DPO and the reward model run their own step functions (train/dpo.py,
+    train/reward_model.py); GRPO, SFT and rejection sampling are dispatched below. A method that learns
+    from recorded trajectories selects them before anything is written."""
     if cfg.method == "dpo":
         from agentrft.train.dpo import train_dpo
 
@@ -135,6 +135,19 @@ def train(
             run_dir,
             resume=resume,
             policy=policy,
+            stop_after=stop_after,
+            progress=progress,
+            allow_config_change=allow_config_change,
+        )
+    if cfg.method == "reward_model":
+        from agentrft.train.reward_model import train_reward_model
+
+        given = (components.sampler.model, components.sampler.tokenizer) if components is not None else None
+        return train_reward_model(
+            cfg,
+            run_dir,
+            resume=resume,
+            model_and_tokenizer=given,
             stop_after=stop_after,
             progress=progress,
             allow_config_change=allow_config_change,

@@ -106,11 +106,16 @@ class Session:
         resume_from: Path | None,
         resume: bool,
         policy_version: int = 0,
+        wrap: Callable[[Any], Any] | None = None,
     ) -> Session:
         """Model made trainable, optimizer and schedule, checkpoint restored (``resume_from``), run registered.
-        Call `check_run_dir` and `seed_everything` first (before the policy loads)."""
+        Call `check_run_dir` and `seed_everything` first (before the policy loads). ``wrap``: the method's
+        module around the prepared model (the reward model's scalar head); its trainable parameters train,
+        and are checkpointed, with the model's."""
         cfg.save(run_dir / CONFIG_NAME)
         model = prepare_model(base_model, cfg.policy)
+        if wrap is not None:
+            model = wrap(model)
         o = cfg.optimizer
         optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], o)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o, cfg.steps))
@@ -173,10 +178,14 @@ class Session:
     def done(self) -> bool:
         return self.state.step >= self.cfg.steps
 
-    def finish(self, tokenizer: Any) -> None:
-        """After the last step: the trained policy in Hugging Face form in ``run_dir/policy``; the run complete."""
+    def finish(self, tokenizer: Any, *, export: Callable[[Any, Any], Path] | None = None) -> None:
+        """After the last step: the trained model exported (default: the policy in Hugging Face form in
+        ``run_dir/policy``; ``export(model, tokenizer)`` for a method's own form); the run complete."""
         if self.done:
-            export_policy(self.model, tokenizer, self.run_dir / "policy")
+            if export is None:
+                export_policy(self.model, tokenizer, self.run_dir / "policy")
+            else:
+                export(self.model, tokenizer)
             if self.store is not None:
                 close_run(self.store, self.run_id)
 
