@@ -125,3 +125,30 @@ def test_bad_input_is_one_clear_error_before_the_model_loads(db, tmp_path, no_mo
     one_task = tmp_path / "one.db"
     R.separable_store(one_task, n_tasks=1)
     _refused(run_dir, R.rm_config(one_task), r"reward_model.heldout_fraction: .* one task")
+
+
+# ---------------------------------------------------------------- the reward model as GRPO's grader
+
+
+def test_a_grpo_run_grades_with_a_reward_model(db, tmp_path):
+    """A reward model trained through `train()` (method: reward_model) on the fake policy's own model, then a
+    tiny GRPO run whose grader is `{"type": "reward_model", "path": ...}`: every episode gets sigmoid(score)."""
+    import fakes_train as F
+
+    from agentrft.graders import load_grader
+    from agentrft.store import Store
+    from agentrft.train import train
+
+    res = train(R.rm_config(db, steps=3), tmp_path / "rm", components=F.components(tmp_path / "rm"))
+    assert res.steps == 3 and res.history[-1]["rm/heldout_pairs"] == 20
+    grader = load_grader({"type": "reward_model", "path": str(tmp_path / "rm" / "reward_model")})
+    comps = F.components(tmp_path / "grpo")
+    comps.grader = grader
+    out = train(F.config(steps=2, **{"eval.every_steps": 0}), tmp_path / "grpo", components=comps)
+    m = out.history[-1]
+    assert m["train_grader_errors"] == 0 and 0.0 < m["train_reward_mean"] < 1.0
+    with Store(tmp_path / "grpo" / "agentrft.db") as s:
+        trajs = s.query_trajectories()
+    assert len(trajs) == 12 and all(t.grade is not None and t.grade.grader == "reward_model" for t in trajs)
+    scores = [t.grade.metadata["score"] for t in trajs if t.grade is not None]
+    assert len(set(scores)) > 1  # episodes differ, so do their scores: a signal for the group advantages

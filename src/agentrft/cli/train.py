@@ -38,7 +38,8 @@ def train_cmd(
     run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
 ) -> None:
-    """Train a policy (method: grpo, sft, rejection_sampling or dpo); metrics go to RUN_DIR/metrics.jsonl."""
+    """Train a policy (method: grpo, sft, rejection_sampling or dpo) or a reward model (method: reward_model);
+    metrics go to RUN_DIR/metrics.jsonl."""
     from agentrft.train.config import load_config
 
     run_training(load_config(config, set_), config, run_dir, resume, allow_config_change, as_json)
@@ -75,6 +76,7 @@ _SHOWN = (
     "loss",
     "rewards/accuracy",
     "rewards/margin",
+    "rm/heldout_accuracy",
     "clip_frac",
     "entropy",
 )

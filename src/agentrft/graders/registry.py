@@ -70,7 +70,7 @@ def grader_types() -> list[str]:
 
 def _ensure_builtin() -> None:
     # Importing the modules registers their classes (kept lazy to avoid import cycles).
-    from agentrft.graders import model, multi, numeric, python_grader, text, trajectory  # noqa: F401
+    from agentrft.graders import model, multi, numeric, python_grader, reward_model, text, trajectory  # noqa: F401
 
 
 def _fmt_loc(prefix: str, loc: tuple[Any, ...]) -> str:

@@ -15,8 +15,17 @@ from typing import Any, TextIO
 def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
     """``step 3/10  reward 0.412  success 0.344  excluded 0  sample 9.1s  update 7.9s`` (GRPO), or
     ``step 3/10  loss 0.641  accuracy 0.750  margin 0.120  update 7.9s`` (DPO), or
-    ``step 3/30  nll 0.191  update 22.8s`` (SFT): what the step measured, nothing it did not."""
+    ``step 3/30  nll 0.191  update 22.8s`` (SFT), or
+    ``step 3/10  loss 0.641  accuracy 0.750  held-out accuracy 0.700  update 7.9s`` (reward model): what the
+    step measured, nothing it did not."""
     parts = [f"step {step}/{total}"]
+    if "rm/accuracy" in metrics:  # a reward model: no rollout
+        parts.append(f"loss {metrics.get('loss', 0.0):.3f}")
+        parts.append(f"accuracy {metrics['rm/accuracy']:.3f}")
+        if "rm/heldout_accuracy" in metrics:
+            parts.append(f"held-out accuracy {metrics['rm/heldout_accuracy']:.3f}")
+        parts.append(f"update {metrics.get('time/training_s', 0.0):.1f}s")
+        return "  ".join(parts)
     if "rewards/accuracy" in metrics:  # a preference method: no rollout
         parts.append(f"loss {metrics.get('loss', 0.0):.3f}")
         parts.append(f"accuracy {metrics['rewards/accuracy']:.3f}")
