@@ -8,7 +8,7 @@
 Types (one registry, `grader_types()`): string_check, text_similarity,
 score_model, label_model, python, multi, endpoint (SPECS §1); numeric,
 finqa_program, json_schema, answered, tool_called, tool_arguments_match,
-no_tool_errors, within_tool_budget, efficiency, tool_process (agentrft).
+no_tool_errors, within_tool_budget, efficiency, tool_process, reward_model (agentrft).
 Python functions combine with `combine({...: (fn, weight)})`.
 Layer 4: imports no torch.
 """
