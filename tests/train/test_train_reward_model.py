@@ -111,6 +111,7 @@ def _refused(run_dir: Path, cfg, match: str) -> None:
 def test_bad_input_is_one_clear_error_before_the_model_loads(db, tmp_path, no_model):
     run_dir = tmp_path / "run"
     _refused(run_dir, R.rm_config(db, **{"data.runs": "[nope]"}), r"data.runs: no run 'nope'")
+    _refused(run_dir, R.rm_config(db, **{"data.tasks": "[nope]"}), r"no trajectory .* left after the 'tasks' filter")
     _refused(run_dir, R.rm_config(db, **{"data.success_only": "true"}), r"no pair of trajectories.*margin 0.5")
     _refused(run_dir, R.rm_config(db, **{"reward_model.margin": 2.0}), r"reward gap >= margin 2.0")
     _refused(run_dir, R.rm_config(None), r"reward_model.pairs / data.source: name exactly one")
