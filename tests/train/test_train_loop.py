@@ -216,7 +216,7 @@ def test_kill_9_then_resume_equals_uninterrupted(reference, tmp_path):
     ref_dir, _ = reference
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "resume_worker_train.py"), str(tmp_path)],
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
         stdout=subprocess.DEVNULL,
     )
     deadline = time.time() + 120
