@@ -23,7 +23,7 @@ from agentrft.train import ConfigError, train
 from agentrft.train import dpo as DPO
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.preference_data import PairTokens, encode_pair, load_pairs
+from agentrft.train.preference_data import PairTokens, encode_pair, load_pairs, pair_sides
 from agentrft.train.shared_prefix import common_prefix_len
 from agentrft.types import Run
 
@@ -116,7 +116,7 @@ def test_packed_pairs_equal_per_sequence_logprobs_and_gradients(tmp_path):
     total = torch.zeros((), dtype=torch.float64)
     for mb in batches:
         seq, counts = DPO.sequence_logprobs(model, mb, chunk=5, precision=None)
-        ks, c, r = DPO._sides(mb)
+        ks, c, r = pair_sides(mb)
         total = total + loss_of(seq[c], seq[r], torch.tensor(ks), counts[c], counts[r]).sum()
         for row, i in enumerate(mb.seq_index):
             packed_lp[i] = float(seq[row].detach())
@@ -149,7 +149,7 @@ def test_every_pair_loss_is_log2_at_initialisation(db):
     for idx in DPO.epoch_batches(len(encoded), cfg.dpo.pairs_per_step, cfg.seed):
         for mb in DPO.pack_pairs([encoded[i] for i in idx], cfg, 0):  # as the steps of the first epoch pack them
             seq, counts = DPO.sequence_logprobs(policy.model, mb, chunk=1024, precision=None)
-            ks, c, r = DPO._sides(mb)
+            ks, c, r = pair_sides(mb)
             g = torch.tensor([idx[k] for k in ks])
             for name in ("sigmoid", "sigmoid_norm"):
                 losses, _ = preference_loss(

@@ -42,29 +42,23 @@ from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError, TrainConfig
 from agentrft.train.loop import TrainResult
 from agentrft.train.memory import trim
-from agentrft.train.packing import MicroBatch, PackedSequence
-from agentrft.train.preference_data import PairTokens, check_vocab, encode_pair, fingerprint, load_pairs
+from agentrft.train.packing import MicroBatch
+from agentrft.train.preference_data import (
+    PairTokens,
+    check_vocab,
+    encode_pair,
+    fingerprint,
+    load_pairs,
+    pack_pairs,
+    pair_sides,
+)
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
-from agentrft.train.shared_prefix import shared_prefix_micro_batches
 from agentrft.train.stages import next_tasks
 from agentrft.train.update import autocast, autocast_dtype, batch_logprobs, batch_stats, optimizer_steps
 
 REFERENCE_NAME = "dpo_reference.pt"
 PAIRS_NAME = "pairs.jsonl"
 _POLICY_DIST = Distribution()  # the model's own distribution (temperature 1)
-
-
-def pack_pairs(pairs: Sequence[PairTokens], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
-    """Micro-batches of ``pairs``: sequence ``2k`` is pair k's chosen, ``2k + 1`` its rejected (``seq_index``);
-    each pair one prefix-tree unit, so both sides share a micro-batch and their prompt runs once."""
-    seqs: list[PackedSequence] = []
-    for k, p in enumerate(pairs):
-        for j, (ids, mask) in enumerate(((p.chosen_ids, p.chosen_mask), (p.rejected_ids, p.rejected_mask))):
-            zeros = [0.0] * len(ids)
-            seqs.append(PackedSequence(2 * k + j, ids, mask, zeros, zeros))
-    units = [[2 * k, 2 * k + 1] for k in range(len(pairs))]
-    o = cfg.optimizer
-    return shared_prefix_micro_batches(seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id, units=units)
 
 
 def sequence_logprobs(
@@ -74,13 +68,6 @@ def sequence_logprobs(
     with autocast(precision):
         logp, _ = batch_logprobs(model, mb, chunk=chunk, dist=_POLICY_DIST, with_entropy=False)
     return logp.double().sum(-1), mb.loss_mask.sum(-1).double()
-
-
-def _sides(mb: MicroBatch) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-    """The micro-batch's pairs (local indices k) and the rows of their chosen and rejected sequences."""
-    row = {s: r for r, s in enumerate(mb.seq_index)}
-    ks = sorted({s // 2 for s in mb.seq_index})
-    return ks, torch.tensor([row[2 * k] for k in ks]), torch.tensor([row[2 * k + 1] for k in ks])
 
 
 def epoch_batches(n_pairs: int, per_step: int, seed: int) -> list[list[int]]:
@@ -102,7 +89,7 @@ def reference_pass(
         for idx in epoch_batches(len(encoded), cfg.dpo.pairs_per_step, cfg.seed):
             for mb in pack_pairs([encoded[i] for i in idx], cfg, pad_id):
                 seq, _ = sequence_logprobs(model, mb, chunk=cfg.optimizer.logprob_chunk, precision=precision)
-                ks, c_rows, r_rows = _sides(mb)
+                ks, c_rows, r_rows = pair_sides(mb)
                 g = torch.tensor([idx[k] for k in ks])
                 chosen[g], rejected[g] = seq[c_rows], seq[r_rows]
             trim()
@@ -221,7 +208,7 @@ def _dpo_step(
 
         def loss_fn(mb: MicroBatch, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
             seq, counts = sequence_logprobs(model, mb, chunk=cfg.optimizer.logprob_chunk, precision=session.precision)
-            ks, c_rows, r_rows = _sides(mb)
+            ks, c_rows, r_rows = pair_sides(mb)
             g = torch.tensor([idx[k] for k in ks])
             losses, m = preference_loss(
                 d.loss,

@@ -14,6 +14,9 @@ chat template by `records.render_token_record`, the renderer SFT uses too (tool 
 in ``rollout.tool_format``; each assistant turn's tokens through its turn end are loss tokens;
 a template that rewrites earlier turns is refused for that pair). The count of
 rendered pairs is reported (``data/pairs_rendered``).
+
+Packing (`pack_pairs`, `pair_sides`): each pair is one prefix-tree unit (`shared_prefix`), so both
+sides share a micro-batch and their prompt runs once; DPO and the reward model pack alike.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from agentrft.inputs import InputError
 from agentrft.pairs import Pair, build_pairs, read_pairs, require_pairs
 from agentrft.samplers.base import ChatRenderer
+from agentrft.train.config import TrainConfig
+from agentrft.train.packing import MicroBatch, PackedSequence
 from agentrft.train.records import render_token_record, token_record_problem
+from agentrft.train.shared_prefix import shared_prefix_micro_batches
 from agentrft.types import Message, TokenRecord, Trajectory
 
 
@@ -43,16 +51,24 @@ class PairTokens:
 
 
 def load_pairs(
-    pairs_file: str | None, data: Any, *, margin: float, per_task: int
+    pairs_file: str | None,
+    data: Any,
+    *,
+    margin: float,
+    per_task: int,
+    pairs_key: str = "dpo.pairs",
+    cli_flags: tuple[str, str] | None = ("--pairs", "--db"),
 ) -> tuple[list[Pair], dict[str, float]]:
     """The pairs to train on and counts for the metrics; every refusal is an `InputError`.
-    ``data`` is a `train.data.DataConfig`."""
+    ``data`` is a `train.data.DataConfig`; ``pairs_key`` the config key of ``pairs_file`` and ``cli_flags`` the
+    command's flags for the two sources, named when neither or both are given."""
     from agentrft.train.data import select_trajectories
 
     if (pairs_file is None) == (data.source is None):
+        pf, df = (f", {cli_flags[0]}", f", {cli_flags[1]}") if cli_flags else ("", "")
         raise InputError(
-            "dpo.pairs / data.source: name exactly one source of pairs: a TRL pairs file (dpo.pairs, --pairs) "
-            "or recorded trajectories to pair (data.source, --db)"
+            f"{pairs_key} / data.source: name exactly one source of pairs: a TRL pairs file ({pairs_key}{pf}) "
+            f"or recorded trajectories to pair (data.source{df})"
         )
     if pairs_file is not None:
         pairs = read_pairs(pairs_file)
@@ -133,3 +149,24 @@ def fingerprint(encoded: Sequence[PairTokens]) -> str:
         for part in (e.pair_id, e.chosen_ids, e.chosen_mask, e.rejected_ids, e.rejected_mask):
             h.update(repr(part).encode())
     return h.hexdigest()
+
+
+def pack_pairs(pairs: Sequence[PairTokens], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
+    """Micro-batches of ``pairs``: sequence ``2k`` is pair k's chosen, ``2k + 1`` its rejected (``seq_index``);
+    each pair one prefix-tree unit, so both sides share a micro-batch and their prompt runs once."""
+    seqs: list[PackedSequence] = []
+    for k, p in enumerate(pairs):
+        for j, (ids, mask) in enumerate(((p.chosen_ids, p.chosen_mask), (p.rejected_ids, p.rejected_mask))):
+            zeros = [0.0] * len(ids)
+            seqs.append(PackedSequence(2 * k + j, ids, mask, zeros, zeros))
+    units = [[2 * k, 2 * k + 1] for k in range(len(pairs))]
+    o = cfg.optimizer
+    return shared_prefix_micro_batches(seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id, units=units)
+
+
+def pair_sides(mb: MicroBatch) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """A micro-batch of `pack_pairs`: its pairs (indices k into the packed list) and the rows of their chosen and
+    rejected sequences."""
+    row = {s: r for r, s in enumerate(mb.seq_index)}
+    ks = sorted({s // 2 for s in mb.seq_index})
+    return ks, torch.tensor([row[2 * k] for k in ks]), torch.tensor([row[2 * k + 1] for k in ks])

@@ -37,17 +37,23 @@ import torch
 
 from agentrft.algos.reward_model import bradley_terry_loss
 from agentrft.inputs import InputError
-from agentrft.pairs import Pair, build_pairs, read_pairs, require_pairs, write_pairs
+from agentrft.pairs import Pair, write_pairs
 from agentrft.samplers.chat_template import TokenizerRenderer
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.loop import TrainResult
 from agentrft.train.memory import trim
-from agentrft.train.packing import MicroBatch, PackedSequence
-from agentrft.train.preference_data import PairTokens, check_pair_tokens, check_vocab, encode_pair
+from agentrft.train.packing import MicroBatch
+from agentrft.train.preference_data import (
+    PairTokens,
+    check_vocab,
+    encode_pair,
+    load_pairs,
+    pack_pairs,
+    pair_sides,
+)
 from agentrft.train.rm_model import RewardModel, save_reward_model, sequence_scores
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
-from agentrft.train.shared_prefix import shared_prefix_micro_batches
 from agentrft.train.stages import next_tasks
 from agentrft.train.update import autocast, batch_stats, optimizer_steps
 
@@ -57,28 +63,6 @@ _HELDOUT_KEYS = ("rm/heldout_accuracy", "rm/heldout_loss", "rm/heldout_margin") 
 
 
 # ---------------------------------------------------------------- pairs and the held-out split
-
-
-def load_pairs(cfg: TrainConfig) -> tuple[list[Pair], str, dict[str, float]]:
-    """The pairs, where they came from, and counts for the metrics; every refusal is an `InputError`."""
-    rc, data = cfg.reward_model, cfg.data
-    if (rc.pairs is None) == (data.source is None):
-        raise InputError(
-            "reward_model.pairs / data.source: name exactly one source of pairs: a TRL pairs file "
-            "(reward_model.pairs) or recorded trajectories to pair (data.source)"
-        )
-    if rc.pairs is not None:
-        pairs = read_pairs(rc.pairs)
-        return pairs, rc.pairs, {"data/pairs": float(len(pairs))}
-    from agentrft.train.data import select_trajectories
-
-    trajs, _ = select_trajectories(data)
-    pairs, stats = build_pairs(trajs, margin=rc.margin, per_task=rc.pairs_per_task)
-    require_pairs(pairs, stats, source=f"data.source {data.source}", margin=rc.margin)
-    for pair in pairs:
-        check_pair_tokens(pair, str(data.source))
-    counts = {"data/trajectories": float(len(trajs)), "data/tasks_with_pairs": float(stats.tasks_with_pairs)}
-    return pairs, str(data.source), {**counts, "data/pairs": float(len(pairs))}
 
 
 def task_key(pair: Pair) -> str:
@@ -103,28 +87,14 @@ def heldout_tasks(keys: Sequence[str], fraction: float) -> set[str]:
 # ---------------------------------------------------------------- packing and scoring
 
 
-def pack_pairs(pairs: Sequence[PairTokens], cfg: TrainConfig, pad_id: int) -> list[MicroBatch]:
-    """Micro-batches of ``pairs``: sequence ``2k`` is pair k's chosen, ``2k + 1`` its rejected (``seq_index``);
-    each pair one prefix-tree unit, so both sides share a micro-batch and their prompt runs once."""
-    seqs: list[PackedSequence] = []
-    for k, p in enumerate(pairs):
-        for j, (ids, mask) in enumerate(((p.chosen_ids, p.chosen_mask), (p.rejected_ids, p.rejected_mask))):
-            zeros = [0.0] * len(ids)
-            seqs.append(PackedSequence(2 * k + j, ids, mask, zeros, zeros))
-    units = [[2 * k, 2 * k + 1] for k in range(len(pairs))]
-    o = cfg.optimizer
-    return shared_prefix_micro_batches(seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id, units=units)
-
-
 def pair_scores(
     rm: RewardModel, mb: MicroBatch, precision: torch.dtype | None
 ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
     """The micro-batch's pairs (local indices k into the packed list) and their (P,) chosen and rejected scores."""
     with autocast(precision):
         scores = sequence_scores(rm, mb)
-    row = {s: r for r, s in enumerate(mb.seq_index)}
-    ks = sorted({s // 2 for s in mb.seq_index})
-    return ks, scores[[row[2 * k] for k in ks]], scores[[row[2 * k + 1] for k in ks]]
+    ks, chosen_rows, rejected_rows = pair_sides(mb)
+    return ks, scores[chosen_rows], scores[rejected_rows]
 
 
 def heldout_metrics(
@@ -207,7 +177,14 @@ def train_reward_model(
     is loaded after the pairs passed their checks."""
     run_dir = Path(run_dir)
     rc = cfg.reward_model
-    pairs, source, data_metrics = load_pairs(cfg)
+    pairs, data_metrics = load_pairs(
+        rc.pairs,
+        cfg.data,
+        margin=rc.margin,
+        per_task=rc.pairs_per_task,
+        pairs_key="reward_model.pairs",
+        cli_flags=None,
+    )
     held = heldout_tasks([task_key(p) for p in pairs], rc.heldout_fraction)
     train_idx = [i for i, p in enumerate(pairs) if task_key(p) not in held]
     held_idx = [i for i, p in enumerate(pairs) if task_key(p) in held]
@@ -242,7 +219,7 @@ def train_reward_model(
         "tool_format": cfg.rollout.tool_format,
         "tool_schemas": schemas,
         "trained_on": {
-            "source": source,
+            "source": rc.pairs or cfg.data.source,
             "pairs": len(train_idx),
             "pairs_rendered": sum(encoded[i].rendered for i in train_idx),
             "run_dir": str(run_dir.resolve()),
