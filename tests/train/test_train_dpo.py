@@ -142,7 +142,7 @@ def test_every_pair_loss_is_log2_at_initialisation(db):
     cfg = D.config(str(db))
     policy = F.FakeSampler()
     pairs, _ = load_pairs(None, cfg.data, margin=cfg.dpo.margin, per_task=cfg.dpo.pairs_per_task)
-    encoded = [encode_pair(p, policy.render, lambda m: {}, frozenset()) for p in pairs]
+    encoded = [encode_pair(p, policy, "xml", []) for p in pairs]
     ref_c, ref_r = DPO.reference_pass(policy.model, encoded, cfg, 0, None)
     policy.model.train()
     seen = 0
