@@ -112,6 +112,25 @@ def test_report_reads_metrics_jsonl_and_names_missing_db(tmp_path: Path) -> None
         build_report(run_dir)
 
 
+def test_report_draws_the_loss_and_pairwise_curves_of_dpo_and_the_reward_model(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path)
+    rows = [
+        {"step": 1, "loss": 0.6931, "rewards/accuracy": 0.0, "rewards/margin": 0.0, "train_sequences": 16},
+        {"step": 2, "loss": 0.52, "rewards/accuracy": 0.875, "rewards/margin": 0.5, "train_sequences": 16},
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(run_dir)
+    for series in ("loss", "rewards/accuracy", "rewards/margin"):
+        assert f'data-series="{series}"' in html
+    # a method that logs no rewards gets no empty reward charts
+    assert "Reward over training steps" not in html and "32 trajectories trained" in html
+    rows = [{"step": 1, "loss": 0.69, "rm/accuracy": 0.5, "rm/heldout_accuracy": 0.83, "rm/heldout_loss": 0.63}]
+    (run_dir / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    html = build_report(run_dir)
+    for series in ("loss", "rm/accuracy", "rm/heldout_accuracy", "rm/heldout_loss"):
+        assert f'data-series="{series}"' in html
+
+
 def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="agentrft-chromium-")
     assert CHROMIUM is not None

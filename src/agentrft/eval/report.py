@@ -6,7 +6,9 @@ RUN_DIR layout::
     RUN_DIR/metrics.jsonl    optional step metrics, one JSON object per line with a "step" key;
                              when present it is used instead of the store's step metrics
 
-The report holds: reward and pass@k curves over training steps, a before/after
+The report holds: reward and pass@k curves over training steps (and, for the
+methods that learn from recorded trajectories, the loss and the pairwise
+accuracy/margin curves of DPO and the reward model), a before/after
 table (eval runs named "baseline" and "final", else the first and last eval run)
 with the paired test, per-level bars, tool-use statistics, failure categories
 and a trajectory browser. Charts are inline SVG drawn here; the browser is
@@ -39,6 +41,9 @@ METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
 # success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them
 _PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_hat_)\d+)$")
+# the loss every method logs; DPO's and the reward model's pairwise curves (train and held out)
+_LOSS_KEY = re.compile(r"^(loss|rm/heldout_loss)$")
+_PAIRWISE_KEY = re.compile(r"^(rewards/(accuracy|margin)|rm/(heldout_)?(accuracy|margin))$")
 _MAX_CHARS = 20_000
 
 
@@ -312,12 +317,25 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     finally:
         store.close()
 
-    reward_chart = line_chart("Reward over training steps", _curves(steps, _REWARD_KEY))
-    pass_chart = line_chart(
-        "Success (pass@1) and pass@k over training steps", _curves(steps, _PASS_KEY), y_range=(0.0, 1.0)
+    rewards, passes = _curves(steps, _REWARD_KEY), _curves(steps, _PASS_KEY)
+    # SFT, DPO and the reward model log no rewards: their loss and pairwise curves take the reward curves' place
+    method_charts = "".join(
+        line_chart(title, curves)
+        for title, curves in (
+            ("Loss over training steps", _curves(steps, _LOSS_KEY)),
+            ("Pairwise accuracy and margin over training steps", _curves(steps, _PAIRWISE_KEY)),
+        )
+        if curves
     )
+    charts = method_charts
+    if rewards or passes or not method_charts:
+        charts = (
+            line_chart("Reward over training steps", rewards)
+            + line_chart("Success (pass@1) and pass@k over training steps", passes, y_range=(0.0, 1.0))
+            + method_charts
+        )
     body = (
-        f'<section id="training"><h2>Training</h2><div class="charts">{reward_chart}{pass_chart}</div>'
+        f'<section id="training"><h2>Training</h2><div class="charts">{charts}</div>'
         f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}</section>'
         f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
         + _level_and_failures(results)
