@@ -139,8 +139,8 @@ class OptimizerConfig(_Cfg):
     )
 
 
-class DPOConfig(_Cfg):
-    """Direct preference optimisation from pairs (``method: dpo``; see train/dpo.py)."""
+class _PairsConfig(_Cfg):
+    """Where preference pairs come from and the pairing rule (agentrft.pairs): shared by DPO and the reward model."""
 
     pairs: str | None = Field(
         default=None,
@@ -156,36 +156,25 @@ class DPOConfig(_Cfg):
         description="most pairs per task (pairing): largest gap first, then the least-used trajectories; "
         "1 = best vs worst",
     )
+    pairs_per_step: int = Field(
+        default=8, ge=1, description="pairs per optimizer step, in a seeded order reshuffled every epoch"
+    )
+
+
+class DPOConfig(_PairsConfig):
+    """Direct preference optimisation from pairs (``method: dpo``; see train/dpo.py)."""
+
     loss: Literal["sigmoid", "ipo", "sigmoid_norm"] = Field(
         default="sigmoid",
         description="sigmoid: DPO; ipo: (h - 1/(2 beta))^2; sigmoid_norm: DPO on log-probs divided by their "
         "loss-token counts (algos/dpo.py)",
     )
     beta: float = Field(default=0.1, gt=0.0, description="strength of the tie to the reference (IPO: 1/(2 beta))")
-    pairs_per_step: int = Field(
-        default=8, ge=1, description="pairs per optimizer step, in a seeded order reshuffled every epoch"
-    )
 
 
-class RewardModelConfig(_Cfg):
+class RewardModelConfig(_PairsConfig):
     """A Bradley–Terry reward model from preference pairs (``method: reward_model``; see train/reward_model.py)."""
 
-    pairs: str | None = Field(
-        default=None,
-        description="a TRL conversational pairs file (JSONL: prompt/chosen/rejected), rendered through the "
-        "policy's chat template; None: pairs built from the trajectories `data` selects",
-    )
-    margin: float = Field(
-        default=DEFAULT_MARGIN, gt=0.0, description="least reward gap between chosen and rejected (pairing)"
-    )
-    pairs_per_task: int = Field(
-        default=DEFAULT_PAIRS_PER_TASK,
-        ge=1,
-        description="most pairs per task (pairing): largest gap first, then the least-used trajectories",
-    )
-    pairs_per_step: int = Field(
-        default=8, ge=1, description="pairs per optimizer step, in a seeded order reshuffled every epoch"
-    )
     heldout_fraction: float = Field(
         default=0.2,
         ge=0.0,
