@@ -107,6 +107,7 @@ class ModelCallEvent(_Event):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    policy_version: int | None = None  # the weights that sampled this call, when the sampler says
 
 
 class ToolCallEvent(_Event):
@@ -147,13 +148,16 @@ class TokenRecord(_Model):
     `loss_mask[i] == 1` exactly for tokens the sampler produced; prompt, chat-template
     and tool-result tokens are 0. `logprobs[i]` is the sampler's log-prob for sampled
     tokens and 0.0 elsewhere. `turn[i]` is the assistant turn the token belongs to
-    (prompt tokens before turn k's sampled tokens carry k).
+    (prompt tokens before turn k's sampled tokens carry k). `turn_versions[k]` is the
+    policy version that sampled assistant turn k (an episode may span weight updates in
+    asynchronous training); None when the sampler does not say.
     """
 
     ids: list[int]
     loss_mask: list[int]
     logprobs: list[float]
     turn: list[int]
+    turn_versions: list[int] | None = None
 
     @model_validator(mode="after")
     def _same_lengths(self) -> TokenRecord:

@@ -65,16 +65,18 @@ def test_k3_kl_hand_computed_and_only_when_coef_positive():
 def test_truncated_importance_weights():
     old = torch.log(torch.tensor([[3.0, 0.5, 1.0]], dtype=torch.float64))
     sampler = torch.zeros(1, 3, dtype=torch.float64)
-    w = losses.truncated_is_weights(old, sampler, cap=2.0)
-    torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 1.0]], dtype=torch.float64), rtol=1e-12, atol=0)
     logp = old.clone().requires_grad_(True)
     loss, m = losses.clipped_pg_loss(
-        logp, old, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3), sampler_logprobs=sampler, is_cap=2.0
+        logp, old, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3), sampler_logprobs=sampler, correction="tis"
     )
     torch.testing.assert_close(loss, torch.tensor([[-2.0, -0.5, -1.0]], dtype=torch.float64), rtol=1e-12, atol=0)
-    assert float(m["is_weight_mean"]) == pytest.approx(3.5 / 3, rel=1e-12)
+    assert float(m["is/weight_mean"]) == pytest.approx(4.5 / 3, rel=1e-12)  # the raw weights 3, 0.5, 1
+    assert float(m["is/weight_max"]) == pytest.approx(3.0, rel=1e-12)
     loss.sum().backward()  # weights are detached: gradient is w * d(ratio)/dlogp = w * 1
     torch.testing.assert_close(logp.grad, torch.tensor([[-2.0, -0.5, -1.0]], dtype=torch.float64), rtol=1e-12, atol=0)
+    # no sampler log-probs, or correction none: no weights and no is/ metrics
+    _, m = losses.clipped_pg_loss(logp, old, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3))
+    assert not any(k.startswith("is/") for k in m)
 
 
 def test_entropy_is_metric_only():

@@ -274,13 +274,21 @@ def test_every_algorithm_option_runs_and_reports(tmp_path):
             "algorithm.aggregation": "seq_mean_token_mean",
             "algorithm.kl_coef": 0.05,
             "algorithm.updates_per_batch": 2,
-            "algorithm.is_cap": 2.0,
+            "algorithm.off_policy.correction": "tis",
             "steps": 2,
             "eval.every_steps": 0,
         },
     )
     m = res.history[-1]
-    for key in ("kl", "is_weight_mean", "overlong_frac", "sampling_rounds", "turn_adv_mean", "groups_trained"):
+    for key in (
+        "kl",
+        "is/weight_mean",
+        "is/weight_max",
+        "overlong_frac",
+        "sampling_rounds",
+        "turn_adv_mean",
+        "groups_trained",
+    ):
         assert key in m, key
     assert m["overlong_frac"] == 1.0  # every episode samples 6 > max_len 5 tokens
     assert m["kl"] > 0.0  # second update of the batch has moved away from the reference

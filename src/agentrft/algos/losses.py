@@ -6,9 +6,9 @@ Follows:
   ``exp(ref - logp) - (ref - logp) - 1`` (Schulman, "Approximating KL Divergence").
 * DAPO (arXiv 2503.14476) "clip-higher": separate ``eps_low`` / ``eps_high`` bounds
   on the ratio, ``clip(ratio, 1 - eps_low, 1 + eps_high)``.
-* Truncated importance sampling for tokens sampled by an older/other policy
-  (as in IMPALA/V-trace and the "flash-RL"/verl TIS correction):
-  ``w = min(exp(logp_old - logp_sampler), C)``, detached, multiplies the token loss.
+* Off-policy correction for tokens sampled by an older/other policy: the decoupled
+  objective and truncated / masked IS of `agentrft.algos.offpolicy` (this function is
+  that objective plus the KL term).
 
 Departures: the function returns the *per-token* loss only; reduction over tokens
 is a separate, explicit step (`agentrft.algos.aggregation`). The KL term is added
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from agentrft.algos.offpolicy import Correction, decoupled_ppo_loss
 
 Metrics = dict[str, Tensor]
 
@@ -39,13 +41,6 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
-def truncated_is_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, cap: float) -> Tensor:
-    """``min(exp(logp_old - logp_sampler), cap)``, detached: corrects for tokens from a stale sampler."""
-    if cap <= 0:
-        raise ValueError(f"truncated IS cap must be > 0, got {cap}")
-    return torch.exp(old_logprobs - sampler_logprobs).clamp(max=cap).detach()
-
-
 def clipped_pg_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -55,51 +50,57 @@ def clipped_pg_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     sampler_logprobs: Tensor | None = None,
-    is_cap: float | None = None,
+    correction: Correction = "none",
+    is_cap: float = 2.0,
+    is_low: float = 0.5,
+    is_high: float = 2.0,
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
     entropy: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Per-token loss (B, T) of the clipped surrogate, and detached masked-mean metrics.
 
-    ``loss_t = -w_t * min(ratio_t * A_t, clip(ratio_t, 1-eps_low, 1+eps_high) * A_t) + kl_coef * k3_t``
-    with ``ratio_t = exp(logprobs_t - old_logprobs_t)``; ``w_t`` is the truncated IS
-    weight when ``sampler_logprobs`` and ``is_cap`` are given, else 1. Tokens outside
-    ``loss_mask`` have loss 0.
+    ``loss_t = -c(w_t) * min(ratio_t * A_t, clip(ratio_t, 1-eps_low, 1+eps_high) * A_t) + kl_coef * k3_t``
+    with ``ratio_t = exp(logprobs_t - old_logprobs_t)``: the decoupled PPO objective of
+    `algos.offpolicy.decoupled_ppo_loss`, ``old_logprobs`` being the proximal policy's and
+    ``sampler_logprobs`` the behaviour policy's (``w_t = exp(old - sampler)``, corrected by
+    ``correction``: none, tis (cap ``is_cap``) or mis (kept inside ``[is_low, is_high]``)).
+    Without ``sampler_logprobs`` there is no correction. Tokens outside ``loss_mask`` have loss 0.
 
     Metrics: ``clip_frac`` (tokens where the clipped branch is active, i.e. the
     gradient is zero), ``clip_frac_low`` / ``clip_frac_high``, ``ratio_mean``,
-    ``kl`` (only if kl_coef > 0), ``is_weight_mean`` (only with IS), ``entropy``
-    (only if given; a metric, never part of the loss).
+    ``kl`` (only if kl_coef > 0), ``is/*`` (with a correction: see
+    `offpolicy.behaviour_weights`), ``entropy`` (only if given; a metric, never part of the loss).
     """
-    if not (eps_low >= 0 and eps_high >= 0):
-        raise ValueError(f"eps_low and eps_high must be >= 0, got {eps_low}, {eps_high}")
-    mask = loss_mask.to(logprobs.dtype)
-    ratio = torch.exp(logprobs - old_logprobs)
-    clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    surrogate = torch.minimum(ratio * advantages, clipped_ratio * advantages)
-    per_token = -surrogate
-    metrics: Metrics = {}
-    if sampler_logprobs is not None and is_cap is not None:
-        w = truncated_is_weights(old_logprobs, sampler_logprobs, is_cap)
-        per_token = per_token * w
-        metrics["is_weight_mean"] = masked_mean(w, loss_mask).detach()
+    if sampler_logprobs is None:
+        sampler_logprobs, correction = old_logprobs, "none"
+    per_token, metrics = decoupled_ppo_loss(
+        logprobs,
+        old_logprobs,
+        sampler_logprobs,
+        advantages,
+        loss_mask,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        correction=correction,
+        cap=is_cap,
+        low=is_low,
+        high=is_high,
+    )
+    if correction == "none":
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("is/")}
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
         kl = k3_kl(logprobs, ref_logprobs)
-        per_token = per_token + kl_coef * kl
+        per_token = per_token + kl_coef * kl * loss_mask.to(logprobs.dtype)
         metrics["kl"] = masked_mean(kl, loss_mask).detach()
-    per_token = per_token * mask
-
     with torch.no_grad():
-        # The clipped branch is the active one exactly when it is strictly smaller.
+        ratio = torch.exp(logprobs - old_logprobs)
         low = (ratio < 1.0 - eps_low) & (advantages < 0)
         high = (ratio > 1.0 + eps_high) & (advantages > 0)
-        metrics["clip_frac"] = masked_mean((low | high).to(logprobs.dtype), loss_mask)
         metrics["clip_frac_low"] = masked_mean(low.to(logprobs.dtype), loss_mask)
         metrics["clip_frac_high"] = masked_mean(high.to(logprobs.dtype), loss_mask)
-        metrics["ratio_mean"] = masked_mean(ratio, loss_mask)
         if entropy is not None:
             metrics["entropy"] = masked_mean(entropy.detach(), loss_mask)
     return per_token, metrics

@@ -164,9 +164,17 @@ async def run_episode(
     except TemplateError as exc:
         traj.status, traj.error = "error", str(exc)
     if ledger is not None:
+        versions = [e.policy_version for e in traj.events if isinstance(e, ModelCallEvent)]
+        known = [v for v in versions if v is not None]
         traj.tokens = TokenRecord(
-            ids=ledger.ids, loss_mask=ledger.loss_mask, logprobs=ledger.logprobs, turn=ledger.turn
+            ids=ledger.ids,
+            loss_mask=ledger.loss_mask,
+            logprobs=ledger.logprobs,
+            turn=ledger.turn,
+            turn_versions=known if known and len(known) == len(versions) else None,
         )
+        if policy_version is None and traj.tokens.turn_versions:  # an episode that spanned a weight update
+            traj.policy_version = min(traj.tokens.turn_versions)  # is as stale as its oldest turn
     traj.finished_at = time.time()
     return traj
 
@@ -218,6 +226,7 @@ async def _token_loop(
                 prompt_tokens=result.prompt_tokens,
                 completion_tokens=result.completion_tokens,
                 finish_reason=result.finish_reason,
+                policy_version=result.policy_version,
             )
         )
         if result.finish_reason == "error":

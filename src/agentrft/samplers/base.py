@@ -67,6 +67,7 @@ class SampleResult:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float = 0.0
+    policy_version: int | None = None  # the weights that sampled it (a trainable in-process policy); None: unknown
 
 
 class ChatRenderer(Protocol):

@@ -272,6 +272,9 @@ class HFSampler(InProcessPolicy):
                 prompt_tokens=len(p.request.prompt_ids),
                 completion_tokens=len(row.token_ids),
                 latency_s=time.perf_counter() - p.t0,
+                # weights change only while the engine is paused between batches (`paused`), so the
+                # version now is the one every token of this row was sampled with
+                policy_version=self.policy_version,
             ),
         )
 

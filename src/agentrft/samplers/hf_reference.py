@@ -50,7 +50,7 @@ class ReferenceHFSampler(InProcessPolicy):
         self._validate(request)
         seed = self._seeds.seed_for(request)
         t0 = time.perf_counter()
-        ids, logprobs, reason = await asyncio.to_thread(self._generate, request, seed)
+        ids, logprobs, reason, version = await asyncio.to_thread(self._generate, request, seed)
         text_ids = ids[:-1] if reason == "stop" else ids
         return SampleResult(
             token_ids=ids,
@@ -60,6 +60,7 @@ class ReferenceHFSampler(InProcessPolicy):
             prompt_tokens=len(request.prompt_ids),
             completion_tokens=len(ids),
             latency_s=time.perf_counter() - t0,
+            policy_version=version,
         )
 
     @contextlib.contextmanager
@@ -68,7 +69,7 @@ class ReferenceHFSampler(InProcessPolicy):
         with self._lock:
             yield
 
-    def _generate(self, request: SampleRequest, seed: int) -> tuple[list[int], list[float], FinishReason]:
+    def _generate(self, request: SampleRequest, seed: int) -> tuple[list[int], list[float], FinishReason, int]:
         import torch
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
@@ -95,6 +96,7 @@ class ReferenceHFSampler(InProcessPolicy):
 
         with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
+            version = self.policy_version  # weights change only under this lock (`paused`)
             was_training = self.model.training
             self.model.eval()
             try:
@@ -114,4 +116,4 @@ class ReferenceHFSampler(InProcessPolicy):
             reason = "stop"
         elif stops and any(s in decode(ids) for s in stops):
             reason = "stop_string"
-        return ids, logprobs, reason
+        return ids, logprobs, reason, version

@@ -99,7 +99,42 @@ class DynamicSamplingConfig(_Cfg):
     max_rounds: int = Field(default=3, ge=1, description="sampling rounds per step before training on what there is")
 
 
+class OffPolicyConfig(_Cfg):
+    """The behaviour importance weight w = exp(logp_proximal - logp_sampler) of the decoupled PPO objective."""
+
+    correction: Literal["auto", "none", "tis", "mis"] = Field(
+        default="auto",
+        description="none: weight 1; tis: min(w, cap) (truncated IS); mis: w inside [low, high], tokens outside "
+        "masked (IcePop-style); auto: tis when async.max_staleness > 0, else none",
+    )
+    cap: float = Field(default=2.0, gt=0.0, description="tis: the cap C")
+    low: float = Field(default=0.5, ge=0.0, le=1.0, description="mis: tokens with w < low are masked")
+    high: float = Field(default=2.0, ge=1.0, description="mis: tokens with w > high are masked")
+
+
+class AsyncConfig(_Cfg):
+    """Asynchronous RL (train/pipeline.py): rollouts keep going with the newest weights while the trainer updates."""
+
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="k: no trajectory sampled by weights of version v is used in the update that starts from "
+        "version n when n - v > k (producers wait instead); 0 = the synchronous loop",
+    )
+
+
 class AlgorithmConfig(_Cfg):
+    @model_validator(mode="before")
+    @classmethod
+    def _is_cap_is_tis(cls, data: Any) -> Any:
+        """``is_cap: C`` (older configs) is ``off_policy: {correction: tis, cap: C}``."""
+        if isinstance(data, dict) and "is_cap" in data:
+            data = dict(data)
+            cap = data.pop("is_cap")
+            if cap is not None:
+                data["off_policy"] = {**dict(data.get("off_policy") or {}), "correction": "tis", "cap": cap}
+        return data
+
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     adv_eps: float = Field(default=1e-6, gt=0.0)
     turn_level: bool = Field(default=False, description="add group-normalised turn rewards (Grade.turn_rewards)")
@@ -109,8 +144,9 @@ class AlgorithmConfig(_Cfg):
     aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = "token_mean"
     constant_max_tokens: int = Field(default=512, ge=1, description="L of the Dr. GRPO constant normaliser (G * L)")
     kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
-    is_cap: float | None = Field(
-        default=None, gt=0.0, description="truncated IS cap C on exp(old - sampler); None = off"
+    off_policy: OffPolicyConfig = Field(
+        default_factory=lambda: OffPolicyConfig(),
+        description="correction for tokens the sampler drew with older weights (algos/offpolicy.py)",
     )
     updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
@@ -240,6 +276,8 @@ DATA_METHODS: tuple[Method, ...] = ("sft",)  # learn from recorded trajectories 
 
 
 class TrainConfig(_Cfg):
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
     method: Method = Field(
         default="grpo",
         description="grpo: online RL (rollout, algorithm); sft: filtered SFT on recorded trajectories (data, sft); "
@@ -256,6 +294,9 @@ class TrainConfig(_Cfg):
     rejection_sampling: RejectionSamplingConfig = Field(default_factory=RejectionSamplingConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    async_: AsyncConfig = Field(
+        default_factory=AsyncConfig, alias="async", description="asynchronous rollouts with a staleness bound (grpo)"
+    )
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -283,6 +324,8 @@ class TrainConfig(_Cfg):
 
     @model_validator(mode="after")
     def _method_data(self) -> TrainConfig:
+        if self.async_.max_staleness and self.method != "grpo":
+            raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")
         if self.method == "rejection_sampling":
             if self.data.source is not None:
                 raise ValueError(
@@ -296,6 +339,13 @@ class TrainConfig(_Cfg):
                     "data.min_reward or data.best_of_n"
                 )
         return self
+
+    def off_policy_correction(self) -> Literal["none", "tis", "mis"]:
+        """``algorithm.off_policy.correction`` with auto resolved: tis when asynchronous, else none."""
+        c = self.algorithm.off_policy.correction
+        if c == "auto":
+            return "tis" if self.async_.max_staleness else "none"
+        return c
 
     def sampling_distribution(self) -> Distribution:
         """The distribution the rollout samples from and the trainer trains (`samplers.distribution`)."""

@@ -241,6 +241,7 @@ def _grpo_step(
                     dist=dist,
                     precision=session.precision,
                     ref_model=ref_model,
+                    correction=cfg.off_policy_correction(),
                 )
             )
             state.policy_version += 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -186,9 +186,12 @@ def policy_update(
     dist: Distribution,
     precision: torch.dtype | None = None,
     ref_model: Any = None,
+    correction: Literal["none", "tis", "mis"] = "none",
 ) -> dict[str, float]:
     """GRPO's update: ``algo.updates_per_batch`` optimizer steps of the clipped policy-gradient loss on
-    ``batches``; metrics are loss-token-weighted means.
+    ``batches``; metrics are loss-token-weighted means (``is/weight_max``: the max).
+    ``correction`` weighs each token by its behaviour importance weight (the sampler's log-probs
+    against this update's starting weights; `algos.offpolicy`): asynchronous training sets it.
 
     ``dist`` is the rollout's sampling distribution: the trained log-probs are those of the policy
     the sampler drew from. ``sampler_logprob_gap_mean``/``_max`` compare the first pass's log-probs
@@ -205,6 +208,7 @@ def policy_update(
             for mb in batches:
                 mb.old_logprobs = batch_logprobs(model, mb, chunk=opt.logprob_chunk, dist=dist, with_entropy=False)[0]
     gap = [0.0, 0.0]  # sum and max over the first pass
+    peak = [0.0]  # largest behaviour importance weight
 
     def loss_fn(mb: MicroBatch, epoch: int) -> tuple[torch.Tensor, dict[str, float]]:
         with autocast(precision):
@@ -221,8 +225,11 @@ def policy_update(
             mb.loss_mask,
             eps_low=algo.eps_low,
             eps_high=algo.eps_high,
-            sampler_logprobs=mb.sampler_logprobs if algo.is_cap else None,
-            is_cap=algo.is_cap,
+            sampler_logprobs=mb.sampler_logprobs if correction != "none" else None,
+            correction=correction,
+            is_cap=algo.off_policy.cap,
+            is_low=algo.off_policy.low,
+            is_high=algo.off_policy.high,
             ref_logprobs=ref,
             kl_coef=algo.kl_coef,
             entropy=ent,
@@ -236,10 +243,14 @@ def policy_update(
             max_tokens=algo.constant_max_tokens,
         )
         w = mb.num_loss_tokens / global_tokens
+        if "is/weight_max" in m:
+            peak[0] = max(peak[0], float(m.pop("is/weight_max")))
         return loss, {k: w * float(v) for k, v in m.items()}
 
     out = optimizer_steps(model, optimizer, scheduler, batches, loss_fn, opt, epochs=algo.updates_per_batch)
     for mb in batches:
         mb.old_logprobs = None
     out.update(sampler_logprob_gap_mean=gap[0] / global_tokens, sampler_logprob_gap_max=gap[1], **batch_stats(batches))
+    if correction != "none":
+        out["is/weight_max"] = peak[0]
     return out
