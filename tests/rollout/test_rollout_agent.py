@@ -289,3 +289,28 @@ def test_chat_sampler_episode_has_no_tokens() -> None:
     # the endpoint saw the OpenAI form, tool results paired with their call ids
     assert chat.seen[1][-1] == {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "calculate"}
     assert traj.messages[4].tool_calls[0].function.name == "calculate"
+
+
+class _UpdatingSampler(FakeSampler):
+    """Reports the version it sampled with, and the weights change (version + 1) after every sample."""
+
+    async def sample(self, request):  # type: ignore[no-untyped-def]
+        result = await super().sample(request)
+        result.policy_version = self.policy_version
+        self.policy_version += 1
+        return result
+
+
+def test_an_episode_that_spans_a_weight_update_records_each_turns_version() -> None:
+    sampler = _UpdatingSampler(["<calculate>1 + 1</calculate>", "<calculate>2 + 2</calculate>", "It is 4."])
+    sampler.policy_version = 5
+    traj = play(sampler)
+    assert traj.status == "completed" and traj.tokens is not None
+    assert traj.tokens.turn_versions == [5, 6, 7]
+    assert [e.policy_version for e in traj.events if isinstance(e, ModelCallEvent)] == [5, 6, 7]
+    assert traj.policy_version == 5  # as stale as its oldest turn
+    # a caller that names the version keeps it; a sampler that does not say records none
+    sampler = _UpdatingSampler(["It is 4."])
+    assert play(sampler, policy_version=2).policy_version == 2
+    plain = play(FakeSampler(["It is 4."]))
+    assert plain.tokens is not None and plain.tokens.turn_versions is None and plain.policy_version == 3

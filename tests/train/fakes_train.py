@@ -102,6 +102,7 @@ class FakeSampler:
         out: list[int] = []
         lps: list[float] = []
         with self.model_lock, torch.no_grad():
+            version = self.policy_version  # weights change only under model_lock (paused)
             for _ in range(request.params.max_tokens):
                 logits = self.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
                 logp = torch.log_softmax(logits, -1)
@@ -116,6 +117,7 @@ class FakeSampler:
             finish_reason="stop",
             prompt_tokens=len(request.prompt_ids),
             completion_tokens=len(out),
+            policy_version=version,
         )
 
 

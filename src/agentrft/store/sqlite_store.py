@@ -240,14 +240,17 @@ class Store:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         return int(n)
 
-    def rewind_run(self, run_id: str, *, policy_version: int, step: int) -> int:
+    def rewind_run(self, run_id: str, *, policy_version: int, step: int, trajectories: bool = True) -> int:
         """Forget what a run recorded after a checkpoint: its trajectories sampled by weights of
-        `policy_version` or later and its step metrics after `step`. A resumed training run redoes
-        those steps, so they would otherwise be counted twice. Returns the trajectories removed."""
+        `policy_version` or later (unless ``trajectories`` is False: an asynchronous run keeps and marks
+        them) and its step metrics after `step`. A resumed training run redoes those steps, so they
+        would otherwise be counted twice. Returns the trajectories removed."""
         with self._write() as conn:
-            n = conn.execute(
-                "DELETE FROM trajectories WHERE run_id = ? AND policy_version >= ?", (run_id, int(policy_version))
-            ).rowcount
+            n = 0
+            if trajectories:
+                n = conn.execute(
+                    "DELETE FROM trajectories WHERE run_id = ? AND policy_version >= ?", (run_id, int(policy_version))
+                ).rowcount
             conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, int(step)))
         return int(n)
 
@@ -413,6 +416,19 @@ class Store:
                 "UPDATE trajectories SET reward = ?, success = ?, data = ? WHERE id = ?",
                 (grade.reward, int(grade.success), traj.to_json(), traj_id),
             )
+
+    def update_metadata(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Merge ``{traj_id: {key: value}}`` into each trajectory's metadata in one transaction (a None value
+        removes the key); `NotFoundError` (and nothing written) if any id is not stored."""
+        with self._write() as conn:
+            for traj_id, values in updates.items():
+                row = conn.execute("SELECT data FROM trajectories WHERE id = ?", (traj_id,)).fetchone()
+                if row is None:
+                    raise NotFoundError(f"no trajectory with id {traj_id!r} in {self.path}")
+                traj = Trajectory.model_validate_json(row[0])
+                meta = {**traj.metadata, **values}
+                traj.metadata = {k: v for k, v in meta.items() if v is not None}
+                conn.execute("UPDATE trajectories SET data = ? WHERE id = ?", (traj.to_json(), traj_id))
 
     # ------------------------------------------------------------ metrics
 

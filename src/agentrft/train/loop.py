@@ -32,6 +32,7 @@ from agentrft.train.config import TrainConfig
 from agentrft.train.data import select_trajectories
 from agentrft.train.memory import trim
 from agentrft.train.metrics import eval_metrics
+from agentrft.train.pipeline import Producer, Slot, check_staleness, mark_unused, resume_plan, step_metrics
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
 from agentrft.train.stages import advantage_stage, collect_stage, pack_stage, train_runner
 from agentrft.train.update import policy_update
@@ -185,6 +186,7 @@ def train(
     )
     if last is not None:
         policy.weights_updated(session.state.policy_version)
+    producer: Producer | None = None
     try:
         evaluate = periodic_eval(cfg, comps, session)
         if cfg.method == "sft":
@@ -197,11 +199,18 @@ def train(
             from agentrft.train.rejection import rejection_sampling_step
 
             step_fn = rejection_sampling_step(cfg, comps.env, policy, comps.grader, comps.store, session, evaluate)
+        elif cfg.async_.max_staleness:
+            producer = _start_producer(cfg, comps, session, resumed=last is not None)
+            step_fn = _async_grpo_step(cfg, comps, session, ref_model, evaluate, producer)
         else:
             step_fn = _grpo_step(cfg, comps, session, ref_model, evaluate)
         session.run(step_fn, progress=progress, stop_after=stop_after)
         session.finish(policy.tokenizer)
     finally:
+        if producer is not None:
+            producer.close()
+            if session.done and comps.store is not None:
+                mark_unused(comps.store, session.run_id)
         session.close()
     return TrainResult(run_dir, session.run_id, session.state.step, session.history, session.saved)
 
@@ -252,6 +261,96 @@ def _grpo_step(
         metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
         metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(metrics["time/sampling_s"], 1e-9)
         metrics.update(evaluate(step))
+        return metrics
+
+    return step_fn
+
+
+def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, resumed: bool) -> Producer:
+    """The rollout producer of an asynchronous run, started; a resumed run first gets back its stored groups."""
+    tasks = comps.env.tasks(cfg.rollout.split)
+    if cfg.eval.every_steps:
+        comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
+    state = session.state
+    requeued: list[Slot] = []
+    redo: list[int] = []
+    cursor = state.cursor
+    if resumed and comps.store is not None:
+        requeued, redo, cursor = resume_plan(
+            comps.store, session.run_id, cfg, tasks, step=state.step, version=state.policy_version, cursor=state.cursor
+        )
+    comps.sampler.reseed(cfg.seed * 1_000_003 + state.step)
+    producer = Producer(
+        cfg,
+        train_runner(cfg, comps.env, comps.sampler, comps.store),
+        tasks,
+        comps.grader,
+        comps.store,
+        session.run_id,
+        version=state.policy_version,
+        requeued=requeued,
+        redo=redo,
+        cursor=cursor,
+    )
+    producer.start()
+    return producer
+
+
+def _async_grpo_step(
+    cfg: TrainConfig,
+    comps: Components,
+    session: Session,
+    ref_model: Any,
+    evaluate: Callable[[int], dict[str, float]],
+    producer: Producer,
+) -> StepFn:
+    """One asynchronous GRPO step (train/pipeline.py): take the oldest finished groups -> check staleness ->
+    advantages -> pack -> update with off-policy correction -> sync -> publish -> (eval); the producer keeps
+    sampling meanwhile, within ``async.max_staleness``."""
+    policy, state, model, store = comps.sampler, session.state, session.model, comps.store
+    dist, k, correction = cfg.sampling_distribution(), cfg.async_.max_staleness, cfg.off_policy_correction()
+    pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
+
+    def step_fn(step: int) -> dict[str, float]:
+        t_step = time.perf_counter()
+        slots, metrics = producer.take(cfg.rollout.tasks_per_step)
+        groups, staleness, dropped = check_staleness(slots, state.policy_version, k)
+        metrics.update(step_metrics(slots, staleness, k))
+        metrics["async/dropped_stale"] = float(len(dropped))
+        trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
+        metrics.update(adv_metrics)
+        batches = pack_stage(trajs, per_token, cfg, pad_id)
+        t0 = time.perf_counter()
+        with policy.paused():
+            metrics.update(
+                policy_update(
+                    model,
+                    session.optimizer,
+                    session.scheduler,
+                    batches,
+                    cfg.algorithm,
+                    cfg.optimizer,
+                    dist=dist,
+                    precision=session.precision,
+                    ref_model=ref_model,
+                    correction=correction,
+                )
+            )
+            state.policy_version += 1
+            t_sync = time.perf_counter()
+            policy.weights_updated(state.policy_version)
+            metrics["time/sync_s"] = time.perf_counter() - t_sync
+        producer.publish(state.policy_version)
+        model.eval()
+        state.cursor = producer.first_untaken_draw()  # the checkpoint's cursor (see pipeline.resume_plan)
+        if store is not None:
+            marks: dict[str, dict[str, Any]] = {t.id: {"trained_step": step} for t in trajs}
+            marks.update({tid: {"dropped": why} for tid, why in dropped.items()})
+            store.update_metadata(marks)
+        metrics["time/training_s"] = time.perf_counter() - t0
+        metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
+        metrics.update(evaluate(step))
+        metrics["async/trainer_utilisation"] = metrics["time/training_s"] / max(time.perf_counter() - t_step, 1e-9)
         return metrics
 
     return step_fn

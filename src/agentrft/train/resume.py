@@ -75,7 +75,10 @@ def open_run(
             Run(id=run_id, name=run_dir.name, kind="train", config=cfg.model_dump(mode="json"), status="incomplete")
         )
         return
-    removed = store.rewind_run(run_id, policy_version=policy_version, step=step)
+    # an asynchronous run keeps its trajectories: the pipeline puts back or marks each (train/pipeline.py)
+    removed = store.rewind_run(
+        run_id, policy_version=policy_version, step=step, trajectories=not cfg.async_.max_staleness
+    )
     for run in store.list_runs():
         version = _eval_version(run, run_id)
         if version is not None and version > policy_version:
