@@ -14,6 +14,8 @@ apt_install() {  # PACKAGE COMMAND WHAT-SKIPS-WITHOUT-IT
   fi
   command -v "$2" >/dev/null || echo "test.sh: $1 is missing, so $3; install it (sudo apt-get install $1)" >&2
 }
+# extras only tests need: Ray for the rollout-worker test (agentrft[ray])
+.venv/bin/python -m pip install -q -e ".[ray]"
 apt_install chromium chromium "the report's browser test will be skipped"
 apt_install bubblewrap bwrap "the sandbox tests cover only the unshare backend"
 exec .venv/bin/python -m pytest "$@"

@@ -37,12 +37,22 @@ def train_cmd(
     allow_config_change: bool = typer.Option(False, "--allow-config-change", help=_ALLOW_HELP),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where config, checkpoints, metrics and the store go."),
     as_json: bool = typer.Option(False, "--json", help="Print the final metrics as one JSON object."),
+    ray: bool = typer.Option(
+        False, "--ray", help="GRPO: play groups on Ray rollout-worker actors (ray.workers; pip install agentrft[ray])."
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="With --ray: join this Ray cluster (else a local one)."
+    ),
 ) -> None:
     """Train a policy (method: grpo, sft, rejection_sampling or dpo) or a reward model (method: reward_model);
-    metrics go to RUN_DIR/metrics.jsonl."""
+    metrics go to RUN_DIR/metrics.jsonl. GRPO runs asynchronously with --set async.max_staleness=K."""
     from agentrft.train.config import load_config
 
-    run_training(load_config(config, set_), config, run_dir, resume, allow_config_change, as_json)
+    if ray_address and not ray:
+        raise fail("--ray-address needs --ray")
+    extra = ["ray.enabled=true"] if ray else []
+    extra += [f"ray.address={ray_address}"] if ray_address else []
+    run_training(load_config(config, [*set_, *extra]), config, run_dir, resume, allow_config_change, as_json)
 
 
 def sft_cmd(

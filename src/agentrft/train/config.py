@@ -123,6 +123,21 @@ class AsyncConfig(_Cfg):
     )
 
 
+class RayConfig(_Cfg):
+    """Rollout workers as Ray actors (train/ray_rollout.py; ``pip install agentrft[ray]``)."""
+
+    enabled: bool = Field(default=False, description="play groups on Ray actors (`agentrft train --ray`)")
+    address: str | None = Field(
+        default=None, description="a Ray cluster to join (implies enabled); None: ray.init() starts a local one"
+    )
+    workers: int = Field(default=2, ge=1, description="rollout worker actors, each with its own sampler")
+    worker_cpus: float = Field(default=1.0, gt=0.0, description="CPUs each worker reserves (and its torch threads)")
+
+    @property
+    def on(self) -> bool:
+        return self.enabled or self.address is not None
+
+
 class AlgorithmConfig(_Cfg):
     @model_validator(mode="before")
     @classmethod
@@ -297,6 +312,7 @@ class TrainConfig(_Cfg):
     async_: AsyncConfig = Field(
         default_factory=AsyncConfig, alias="async", description="asynchronous rollouts with a staleness bound (grpo)"
     )
+    ray: RayConfig = Field(default_factory=RayConfig, description="rollout workers on Ray (grpo)")
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -326,6 +342,8 @@ class TrainConfig(_Cfg):
     def _method_data(self) -> TrainConfig:
         if self.async_.max_staleness and self.method != "grpo":
             raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")
+        if self.ray.on and self.method != "grpo":
+            raise ValueError(f"ray: rollout workers on Ray are for method grpo, not {self.method}")
         if self.method == "rejection_sampling":
             if self.data.source is not None:
                 raise ValueError(

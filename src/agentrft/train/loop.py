@@ -32,7 +32,16 @@ from agentrft.train.config import TrainConfig
 from agentrft.train.data import select_trajectories
 from agentrft.train.memory import trim
 from agentrft.train.metrics import eval_metrics
-from agentrft.train.pipeline import Producer, Slot, check_staleness, mark_unused, resume_plan, step_metrics
+from agentrft.train.pipeline import (
+    InProcessPlayer,
+    Player,
+    Producer,
+    Slot,
+    check_staleness,
+    mark_unused,
+    resume_plan,
+    step_metrics,
+)
 from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
 from agentrft.train.stages import advantage_stage, collect_stage, pack_stage, train_runner
 from agentrft.train.update import policy_update
@@ -199,7 +208,7 @@ def train(
             from agentrft.train.rejection import rejection_sampling_step
 
             step_fn = rejection_sampling_step(cfg, comps.env, policy, comps.grader, comps.store, session, evaluate)
-        elif cfg.async_.max_staleness:
+        elif cfg.async_.max_staleness or cfg.ray.on:
             producer = _start_producer(cfg, comps, session, resumed=last is not None)
             step_fn = _async_grpo_step(cfg, comps, session, ref_model, evaluate, producer)
         else:
@@ -280,11 +289,17 @@ def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, re
             comps.store, session.run_id, cfg, tasks, step=state.step, version=state.policy_version, cursor=state.cursor
         )
     comps.sampler.reseed(cfg.seed * 1_000_003 + state.step)
+    player: Player
+    if cfg.ray.on:
+        from agentrft.train.ray_rollout import RayPlayer
+
+        player = RayPlayer(cfg, session.model, version=state.policy_version)
+    else:
+        player = InProcessPlayer(train_runner(cfg, comps.env, comps.sampler, comps.store), comps.grader)
     producer = Producer(
         cfg,
-        train_runner(cfg, comps.env, comps.sampler, comps.store),
+        player,
         tasks,
-        comps.grader,
         comps.store,
         session.run_id,
         version=state.policy_version,
@@ -340,7 +355,9 @@ def _async_grpo_step(
             t_sync = time.perf_counter()
             policy.weights_updated(state.policy_version)
             metrics["time/sync_s"] = time.perf_counter() - t_sync
-        producer.publish(state.policy_version)
+        t_pub = time.perf_counter()
+        producer.publish(state.policy_version)  # Ray: the trainable tensors to every worker
+        metrics["time/publish_s"] = time.perf_counter() - t_pub
         model.eval()
         state.cursor = producer.first_untaken_draw()  # the checkpoint's cursor (see pipeline.resume_plan)
         if store is not None:

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agentrft.algos import staleness_histogram
 from agentrft.graders import Grader, agrade_trajectories
@@ -81,15 +81,53 @@ def _drop_reasons(trajs: Sequence[Trajectory], kept: list[Trajectory] | None, gr
     return out
 
 
+class Player(Protocol):
+    """Who plays a group: the trainer's own sampler (`InProcessPlayer`) or rollout workers elsewhere
+    (`train/ray_rollout.RayPlayer`)."""
+
+    stores_episodes: bool  # True: each episode is in the store as it finishes (only grades are left to write)
+
+    async def play(self, task: Task, group_size: int, run_id: str) -> list[Trajectory]:
+        """The group's episodes, graded."""
+        ...
+
+    def publish(self, version: int) -> None:
+        """The trainer's weights are now ``version``: sample with them from the next request on."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcessPlayer:
+    """Plays on the trainer's own sampler, which shares the trained model (nothing to publish)."""
+
+    stores_episodes = True
+
+    def __init__(self, runner: Runner, grader: Grader) -> None:
+        self.runner, self.grader = runner, grader
+
+    async def play(self, task: Task, group_size: int, run_id: str) -> list[Trajectory]:
+        trajs = await self.runner.run([task], group_size, run_id=run_id, policy_version=None)
+        grades = await agrade_trajectories(self.grader, trajs, [task.data] * len(trajs))
+        for t, grade in zip(trajs, grades, strict=True):
+            t.grade = grade
+        return trajs
+
+    def publish(self, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Producer:
     """Plays groups on a background thread within the staleness bound; `take` hands them out oldest first."""
 
     def __init__(
         self,
         cfg: TrainConfig,
-        runner: Runner,
+        player: Player,
         tasks: Sequence[Task],
-        grader: Grader,
         store: Store | None,
         run_id: str,
         *,
@@ -98,19 +136,9 @@ class Producer:
         redo: Sequence[int] = (),
         cursor: int,
     ) -> None:
-        self.cfg, self.runner, self.tasks, self.grader, self.store, self.run_id = (
-            cfg,
-            runner,
-            tasks,
-            grader,
-            store,
-            run_id,
-        )
-        self.k, self.per_step, self.group_size = (
-            cfg.async_.max_staleness,
-            cfg.rollout.tasks_per_step,
-            cfg.rollout.group_size,
-        )
+        self.cfg, self.player, self.tasks, self.store, self.run_id = cfg, player, tasks, store, run_id
+        self.k, self.per_step = cfg.async_.max_staleness, cfg.rollout.tasks_per_step
+        self.group_size = cfg.rollout.group_size
         self._cond = threading.Condition()
         self._live: list[Slot] = sorted(requeued, key=lambda s: s.draw)  # in draw order: taken oldest first
         self._redo: deque[int] = deque(sorted(redo))
@@ -169,7 +197,8 @@ class Producer:
             self._busy_from = None
 
     def publish(self, version: int) -> None:
-        """The update is done and the sampler samples as ``version`` from now on."""
+        """The update made ``version``: the player samples with it from its next request on."""
+        self.player.publish(version)
         with self._cond:
             self._version, self._pending = version, 0
         self._poke()
@@ -185,6 +214,7 @@ class Producer:
             self._stop = True
         self._poke()
         self._thread.join(timeout=60)
+        self.player.close()
 
     def _poke(self) -> None:
         loop, wake = self._loop, self._wake
@@ -239,20 +269,24 @@ class Producer:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _play(self, slot: Slot) -> None:
-        trajs = await self.runner.run([slot.task], self.group_size, run_id=self.run_id, policy_version=None)
-        grades = await agrade_trajectories(self.grader, trajs, [slot.task.data] * len(trajs))
-        for t, grade in zip(trajs, grades, strict=True):
-            t.grade = grade
+        trajs = await self.player.play(slot.task, self.group_size, self.run_id)
+        for t in trajs:
             t.metadata["draw"] = slot.draw
         with self._cond:
             before = len(self._filtered.groups)
             filter_stage(trajs, drop_zero_signal=self.cfg.algorithm.dynamic_sampling.enabled, into=self._filtered)
             kept = self._filtered.groups[-1] if len(self._filtered.groups) > before else None
         dropped = _drop_reasons(trajs, kept, _group_reason(trajs))
+        for t in trajs:
+            if t.id in dropped:
+                t.metadata["dropped"] = dropped[t.id]
         if self.store is not None:
-            for t in trajs:
-                self.store.set_grade(t.id, t.grade)  # type: ignore[arg-type]
-            self.store.update_metadata({t.id: {"draw": slot.draw, "dropped": dropped.get(t.id)} for t in trajs})
+            if self.player.stores_episodes:  # stored as they finished: add their grades and marks
+                for t in trajs:
+                    self.store.set_grade(t.id, t.grade)  # type: ignore[arg-type]
+                self.store.update_metadata({t.id: {"draw": slot.draw, "dropped": dropped.get(t.id)} for t in trajs})
+            else:
+                self.store.add_trajectories(trajs)
         with self._cond:
             slot.trajs, slot.group, slot.finished = trajs, kept, True
             if kept is None:
