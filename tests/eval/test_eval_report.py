@@ -131,6 +131,22 @@ def test_report_draws_the_loss_and_pairwise_curves_of_dpo_and_the_reward_model(t
         assert f'data-series="{series}"' in html
 
 
+def test_report_shows_the_asynchronous_pipeline(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path)
+    rows = [
+        {"step": 1, "train_reward_mean": 0.2, "async/staleness/0": 6, "async/staleness/1": 0, "is/weight_mean": 1.0,
+         "async/trainer_utilisation": 0.3, "async/queue_groups": 1, "time/sync_s": 0.01, "train_sequences": 6},
+        {"step": 2, "train_reward_mean": 0.4, "async/staleness/0": 2, "async/staleness/1": 4, "is/weight_mean": 1.1,
+         "async/trainer_utilisation": 0.8, "async/queue_groups": 2, "time/sync_s": 0.02, "train_sequences": 6},
+    ]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(run_dir)
+    for series in ("async/trainer_utilisation", "async/queue_groups", "time/sync_s", "is/weight_mean"):
+        assert f'data-series="{series}"' in html
+    assert "Staleness of the trained trajectories" in html
+    assert "<td>0</td><td>8</td>" in html and "<td>1</td><td>4</td>" in html
+
+
 def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
     profile = tempfile.mkdtemp(prefix="agentrft-chromium-")
     assert CHROMIUM is not None

@@ -69,6 +69,11 @@ def test_k0_is_the_synchronous_loop(tmp_path: Path) -> None:
     assert _strip(read_metrics(tmp_path / "k0")) == _strip(read_metrics(tmp_path / "sync"))
 
 
+def test_a_synchronous_run_marks_every_trajectory_too(tmp_path: Path) -> None:
+    _run(tmp_path, steps=3, **QUICK)
+    assert set(_check_ledger(tmp_path, 0, 3)) == {0}
+
+
 @pytest.mark.parametrize("k", [1, 2])
 def test_the_staleness_bound_holds_for_every_trained_trajectory(tmp_path: Path, k: int) -> None:
     res = _run(tmp_path, steps=5, **{**QUICK, "async.max_staleness": k})

@@ -8,7 +8,8 @@ RUN_DIR layout::
 
 The report holds: reward and pass@k curves over training steps (and, for the
 methods that learn from recorded trajectories, the loss and the pairwise
-accuracy/margin curves of DPO and the reward model), a before/after
+accuracy/margin curves of DPO and the reward model; for asynchronous GRPO,
+utilisation, queue depth, staleness, sync time and importance weights), a before/after
 table (eval runs named "baseline" and "final", else the first and last eval run)
 with the paired test, per-level bars, tool-use statistics, failure categories
 and a trajectory browser. Charts are inline SVG drawn here; the browser is
@@ -44,6 +45,10 @@ _PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_ha
 # the loss every method logs; DPO's and the reward model's pairwise curves (train and held out)
 _LOSS_KEY = re.compile(r"^(loss|rm/heldout_loss)$")
 _PAIRWISE_KEY = re.compile(r"^(rewards/(accuracy|margin)|rm/(heldout_)?(accuracy|margin))$")
+# asynchronous GRPO (train/pipeline.py): utilisation, queue, staleness, weight sync; the off-policy correction
+_ASYNC_KEY = re.compile(r"^async/(trainer_utilisation|producer_utilisation|queue_groups|staleness/(mean|max))$")
+_SYNC_KEY = re.compile(r"^time/(sync_s|publish_s|wait_s)$")
+_IS_KEY = re.compile(r"^is/(weight_mean|weight_max|truncated_frac|masked_frac)$")
 _MAX_CHARS = 20_000
 
 
@@ -230,6 +235,26 @@ def _exclusions(steps: list[dict[str, Any]]) -> str:
     )
 
 
+def _staleness(steps: list[dict[str, Any]]) -> str:
+    """How stale the trained trajectories were (asynchronous GRPO): ``async/staleness/k`` summed over the steps."""
+    counts: dict[str, float] = {}
+    for row in steps:
+        for key, value in row.items():
+            m = re.fullmatch(r"async/staleness/(\d+|over)", key)
+            if m and isinstance(value, int | float):
+                counts[m.group(1)] = counts.get(m.group(1), 0.0) + float(value)
+    if not counts:
+        return ""
+    order = sorted(counts, key=lambda k: (k == "over", int(k) if k.isdigit() else 0))
+    dropped = sum(float(row.get("async/dropped_stale", 0.0)) for row in steps)
+    return (
+        "<h3>Staleness of the trained trajectories</h3>"
+        f'<p class="note">versions between the weights that sampled a trajectory and the update that used it; '
+        f"{dropped:.0f} dropped for exceeding the bound.</p>"
+        + _table(["staleness", "trajectories"], [[escape(k), f"{counts[k]:.0f}"] for k in order], "staleness")
+    )
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_CHARS else text[:_MAX_CHARS] + f"… [{len(text) - _MAX_CHARS} more characters]"
 
@@ -324,6 +349,9 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         for title, curves in (
             ("Loss over training steps", _curves(steps, _LOSS_KEY)),
             ("Pairwise accuracy and margin over training steps", _curves(steps, _PAIRWISE_KEY)),
+            ("Asynchronous rollouts: utilisation, queued groups, staleness", _curves(steps, _ASYNC_KEY)),
+            ("Trainer waiting for groups and weight sync (s)", _curves(steps, _SYNC_KEY)),
+            ("Off-policy correction: behaviour importance weights", _curves(steps, _IS_KEY)),
         )
         if curves
     )
@@ -336,7 +364,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         )
     body = (
         f'<section id="training"><h2>Training</h2><div class="charts">{charts}</div>'
-        f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}</section>'
+        f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}{_staleness(steps)}</section>'
         f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
         + _level_and_failures(results)
     )

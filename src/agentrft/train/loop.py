@@ -264,6 +264,8 @@ def _grpo_step(
             )
             state.policy_version += 1
             policy.weights_updated(state.policy_version)  # sync: sample from these weights from now on
+        if comps.store is not None:
+            comps.store.update_metadata({t.id: {"trained_step": step} for t in trajs})
         model.eval()
         trim()
         metrics["time/training_s"] = time.perf_counter() - t0

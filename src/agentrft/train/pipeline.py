@@ -49,7 +49,7 @@ from agentrft.rollout.runner import Runner
 from agentrft.store import Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.metrics import rollout_metrics
-from agentrft.train.stages import MIN_GROUP, Filtered, filter_stage, next_tasks
+from agentrft.train.stages import Filtered, drop_reasons, filter_stage, next_tasks
 from agentrft.types import Task, Trajectory
 
 
@@ -63,22 +63,6 @@ class Slot:
     trajs: list[Trajectory] = field(default_factory=list)
     group: list[Trajectory] | None = None  # the healthy members, once finished and kept
     finished: bool = False
-
-
-def _group_reason(trajs: Sequence[Trajectory]) -> str:
-    """Why `filter_stage` drops a group whose members are healthy: too few of them, or no signal."""
-    return "small_group" if sum(t.untrainable_reason() is None for t in trajs) < MIN_GROUP else "zero_signal"
-
-
-def _drop_reasons(trajs: Sequence[Trajectory], kept: list[Trajectory] | None, group_reason: str) -> dict[str, str]:
-    """Why each member of a finished group will not train: its own fault, or its group's."""
-    healthy = {t.id for t in kept or []}
-    out: dict[str, str] = {}
-    for t in trajs:
-        if t.id in healthy:
-            continue
-        out[t.id] = t.untrainable_reason() or group_reason
-    return out
 
 
 class Player(Protocol):
@@ -276,7 +260,7 @@ class Producer:
             before = len(self._filtered.groups)
             filter_stage(trajs, drop_zero_signal=self.cfg.algorithm.dynamic_sampling.enabled, into=self._filtered)
             kept = self._filtered.groups[-1] if len(self._filtered.groups) > before else None
-        dropped = _drop_reasons(trajs, kept, _group_reason(trajs))
+        dropped = drop_reasons(trajs, {t.id for t in kept or []})
         for t in trajs:
             if t.id in dropped:
                 t.metadata["dropped"] = dropped[t.id]
@@ -366,7 +350,7 @@ def resume_plan(
             continue
         filtered = filter_stage(members, drop_zero_signal=cfg.algorithm.dynamic_sampling.enabled)
         kept = filtered.groups[0] if filtered.groups else None
-        reasons = _drop_reasons(members, kept, _group_reason(members))
+        reasons = drop_reasons(members, {t.id for t in kept or []})
         marks.update({t.id: {"trained_step": None, "dropped": reasons.get(t.id)} for t in members})
         if kept is not None:
             start = min(t.policy_version for t in members)

@@ -142,6 +142,19 @@ def filter_stage(trajs: list[Trajectory], *, drop_zero_signal: bool, into: Filte
     return out
 
 
+def drop_reasons(trajs: Sequence[Trajectory], kept: set[str]) -> dict[str, str]:
+    """Why each trajectory of ``trajs`` not in ``kept`` (ids) will not train: its own fault
+    (`Trajectory.untrainable_reason`), else its group's (``small_group``: fewer than `MIN_GROUP` healthy
+    members; ``zero_signal``: dropped by dynamic sampling). Stored as ``metadata.dropped``."""
+    out: dict[str, str] = {}
+    for group in group_trajectories(list(trajs)):
+        healthy = sum(t.untrainable_reason() is None for t in group)
+        for t in group:
+            if t.id not in kept:
+                out[t.id] = t.untrainable_reason() or ("small_group" if healthy < MIN_GROUP else "zero_signal")
+    return out
+
+
 def collect_stage(
     cfg: TrainConfig,
     runner: Runner,
@@ -173,6 +186,10 @@ def collect_stage(
         t_grade += time.perf_counter() - t1
         all_trajs += trajs
         filter_stage(trajs, drop_zero_signal=ds.enabled, into=kept)
+        if store is not None:  # every trajectory says whether it will train (the update marks trained_step)
+            dropped = drop_reasons(trajs, {t.id for g in kept.groups for t in g})
+            if dropped:
+                store.update_metadata({tid: {"dropped": why} for tid, why in dropped.items()})
         if not ds.enabled or len(kept.groups) >= r.tasks_per_step or rounds >= ds.max_rounds:
             break
     metrics = {
