@@ -67,3 +67,26 @@ def test_two_ray_workers_train_three_steps_with_synced_weights(tmp_path: Path) -
     # the workers sampled with weights the trainer published after its updates (versions 1 and 2)
     assert max(v for vs in by_worker.values() for v in vs) >= 1
     assert sum("trained_step" in t.metadata for t in trajs) == sum(h["train_sequences"] for h in res.history)
+
+
+def test_a_dead_worker_is_replaced_and_its_group_played_again() -> None:
+    import asyncio
+
+    import ray
+
+    from agentrft.envs.registry import make_env
+    from agentrft.samplers.policies import load_trainable_policy
+    from agentrft.train.ray_rollout import RayPlayer
+
+    cfg = build_config(BASE, [])
+    player = RayPlayer(cfg, load_trainable_policy("tiny", seed=cfg.seed).model, version=3)
+    try:
+        task = make_env(cfg.rollout.env).tasks("train")[0]
+        for worker in player.workers:  # kill -9 of the actors' processes, as far as Ray is concerned
+            ray.kill(worker)
+        group = asyncio.run(player.play(task, 2, "run"))
+        assert len(group) == 2 and player.restarts == 1
+        assert all(t.policy_version == 3 for t in group)  # the replacement got the published weights
+        assert all(t.grade is not None and t.metadata["worker"] == 0 for t in group)
+    finally:
+        player.close()

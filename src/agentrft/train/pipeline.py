@@ -70,6 +70,7 @@ class Player(Protocol):
     (`train/ray_rollout.RayPlayer`)."""
 
     stores_episodes: bool  # True: each episode is in the store as it finishes (only grades are left to write)
+    restarts: int  # rollout workers that died and were replaced
 
     async def play(self, task: Task, group_size: int, run_id: str) -> list[Trajectory]:
         """The group's episodes, graded."""
@@ -86,6 +87,7 @@ class InProcessPlayer:
     """Plays on the trainer's own sampler, which shares the trained model (nothing to publish)."""
 
     stores_episodes = True
+    restarts = 0
 
     def __init__(self, runner: Runner, grader: Grader) -> None:
         self.runner, self.grader = runner, grader
@@ -161,6 +163,7 @@ class Producer:
                 "async/inflight_groups": float(sum(not s.finished for s in self._live)),
                 "async/producer_utilisation": self._busy_time(now) / max(now - self._since, 1e-9),
                 "time/wait_s": now - t0,
+                "async/worker_restarts": float(self.player.restarts),
                 **{k: v for k, v in filtered.metrics().items() if k != "zero_signal_frac"},
             }
             self._busy_s, self._since = 0.0, now

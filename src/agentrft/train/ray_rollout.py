@@ -102,23 +102,46 @@ class RayPlayer:
         self._started = not ray.is_initialized()
         if self._started:
             ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=False)
-        actor = ray.remote(num_cpus=cfg.ray.worker_cpus, max_restarts=0)(RolloutWorker)
-        config = cfg.model_dump(mode="json")
-        self.workers: list[Any] = [actor.remote(config, i) for i in range(cfg.ray.workers)]
+        self._actor = ray.remote(num_cpus=cfg.ray.worker_cpus, max_restarts=0)(RolloutWorker)
+        self._config = cfg.model_dump(mode="json")
+        self.workers: list[Any] = [self._actor.remote(self._config, i) for i in range(cfg.ray.workers)]
         self._busy = [0] * len(self.workers)
+        self.restarts = 0
+        self._weights: tuple[int, Any] | None = None
         self.publish(version)  # every worker starts from the trainer's weights, whatever its own init
 
     async def play(self, task: Task, group_size: int, run_id: str) -> list[Trajectory]:
-        i = min(range(len(self.workers)), key=lambda j: self._busy[j])
-        self._busy[i] += 1
-        try:
-            out = await self.workers[i].play.remote(task.model_dump(mode="json"), group_size, run_id)
-        finally:
-            self._busy[i] -= 1
-        return [Trajectory.model_validate_json(s) for s in out]
+        """The group played on the least busy worker; a worker that dies is replaced (a new actor with the
+        last published weights) and the group played again from the start (its episodes never reached the
+        store: a worker returns a group whole)."""
+        from ray.exceptions import RayActorError
+
+        for attempt in range(3):
+            i = min(range(len(self.workers)), key=lambda j: self._busy[j])
+            worker = self.workers[i]
+            self._busy[i] += 1
+            try:
+                out = await worker.play.remote(task.model_dump(mode="json"), group_size, run_id)
+                return [Trajectory.model_validate_json(s) for s in out]
+            except RayActorError:
+                if attempt == 2:
+                    raise
+                self._replace(i, worker)
+            finally:
+                self._busy[i] -= 1
+        raise AssertionError("unreachable")
+
+    def _replace(self, i: int, dead: Any) -> None:
+        if self.workers[i] is not dead:  # another group on the same worker replaced it already
+            return
+        self.restarts += 1
+        self.workers[i] = self._actor.remote(self._config, i)
+        if self._weights is not None:
+            self.workers[i].set_weights.remote(*self._weights)
 
     def publish(self, version: int) -> None:
         ref = self._ray.put(trainable_tensors(self.model))
+        self._weights = (version, ref)
         for w in self.workers:
             w.set_weights.remote(version, ref)
 
