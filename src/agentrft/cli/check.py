@@ -27,7 +27,7 @@ def check_command(
         from agentrft.samplers.policies import load_policy
 
         environment = make_env(env)
-        sampler = load_policy(policy)
+        sampler = load_policy(policy, env=environment)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         store = open_store(db, create=True) if db is not None else None
         try:

@@ -78,7 +78,9 @@ def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
 
 def eval_command(
     env: str | None = typer.Option(None, "--env", help="Environment spec, e.g. finqa-lite:1 or finqa-lite:1,2."),
-    policy: str = typer.Option("smollm2-135m", "--policy", help="smollm2-135m | tiny | hf:PATH | openai:MODEL"),
+    policy: str = typer.Option(
+        "smollm2-135m", "--policy", help="smollm2-135m | tiny | hf:PATH | openai:MODEL | oracle[:POLICY]"
+    ),
     samples: int = typer.Option(4, "--samples", min=1, help="Samples per task (pass@k for every k up to this)."),
     tasks: int | None = typer.Option(None, "--tasks", min=1, help="Only the first M tasks of the split."),
     split: str = typer.Option("held-out", "--split", help="train | held-out | ood"),
@@ -119,7 +121,7 @@ def eval_command(
         from agentrft.samplers.policies import load_policy
 
         environment = make_env(env)
-        sampler = load_policy(policy)
+        sampler = load_policy(policy, env=environment)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         prices = None
         if prompt_price is not None or compute_price is not None:

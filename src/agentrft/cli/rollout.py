@@ -12,7 +12,11 @@ from agentrft.cli.support import fail, open_store
 
 def rollout(
     env_spec: str = typer.Option("finqa-lite:1", "--env", help="Environment spec, e.g. finqa-lite:1,2 or jsonl:PATH."),
-    policy: str = typer.Option("smollm2-135m", "--policy", help="Policy: smollm2-135m, tiny, hf:PATH, openai:MODEL."),
+    policy: str = typer.Option(
+        "smollm2-135m",
+        "--policy",
+        help="Policy: smollm2-135m, tiny, hf:PATH, openai:MODEL, oracle[:POLICY] (the env's expert).",
+    ),
     split: str = typer.Option("train", "--split"),
     num_tasks: int = typer.Option(8, "--tasks", min=1, help="How many tasks of the split (first N)."),
     samples: int = typer.Option(1, "--samples", min=1, help="Episodes per task (the GRPO group size)."),
@@ -36,7 +40,7 @@ def rollout(
     tasks = env.tasks(split)[:num_tasks]
     if not tasks:
         raise fail(f"environment {env_spec!r} has no tasks in split {split!r}")
-    sampler = load_policy(policy)
+    sampler = load_policy(policy, env=env)
 
     from agentrft.graders import load_grader
     from agentrft.rollout.runner import Runner

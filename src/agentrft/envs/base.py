@@ -8,7 +8,7 @@ The agent loop (rollout) sees only this interface.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,19 @@ class Episode(ABC):
 
     @abstractmethod
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult: ...
+
+
+class Expert(Protocol):
+    """Solves an environment's tasks from their gold data, one assistant turn at a time.
+
+    `next_turn(task, turns)` gets the episode's messages so far after its prompt (assistant turns
+    and tool results, empty at the start) and returns the next assistant message: tool calls, or
+    the final answer as content. It acts on what the tools returned, as a model would, so the
+    `oracle` policy (`samplers/oracle.py`) plays it through the agent loop and its trajectories are
+    demonstrations in the model's own tool-call text.
+    """
+
+    def next_turn(self, task: Task, turns: list[Message]) -> Message: ...
 
 
 class Environment(ABC):
@@ -72,6 +85,10 @@ class Environment(ABC):
             "reference": "{{ item.answer }}",
             "rel_tol": 0.01,
         }
+
+    def expert(self) -> Expert | None:
+        """An expert that solves this environment's tasks (the `oracle` policy), or None where there is none."""
+        return None
 
     def few_shot(self) -> list[Message]:
         """Worked examples as OpenAI messages (assistant tool_calls + tool results); rendered by the agent loop."""

@@ -24,7 +24,14 @@ from typing import Any
 from agentrft.envs.base import Environment, Episode
 from agentrft.rollout.formats import ParseError, ToolFormat, make_format
 from agentrft.rollout.tito import DeltaRenderer, TemplateError, TokenLedger
-from agentrft.samplers.base import ChatSampler, SampleRequest, SamplingParams, TokenSampler, is_token_sampler
+from agentrft.samplers.base import (
+    ChatSampler,
+    EpisodeView,
+    SampleRequest,
+    SamplingParams,
+    TokenSampler,
+    is_token_sampler,
+)
 from agentrft.types import (
     FinalAnswerEvent,
     Message,
@@ -212,7 +219,10 @@ async def _token_loop(
                 f"token limit of {limits.max_total_tokens}",
             )
         request = SampleRequest(
-            prompt_ids=list(ledger.ids), params=_turn_params(params, fmt, budget), group_key=group_key
+            prompt_ids=list(ledger.ids),
+            params=_turn_params(params, fmt, budget),
+            group_key=group_key,
+            episode=EpisodeView(task=task, turns=traj.messages[traj.n_prompt_messages :], writer=fmt),
         )
         try:
             result = await sampler.sample(request)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrft.types import Message, Task
+
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
@@ -47,6 +49,23 @@ class SamplingParams(BaseModel):
         return self.temperature == 0.0
 
 
+class TurnWriter(Protocol):
+    """Writes an assistant message as model text (the episode's tool-call format, `rollout.formats`)."""
+
+    def render_assistant(self, message: Message) -> str: ...
+
+
+@dataclass
+class EpisodeView:
+    """What the agent loop knows of the episode a request continues: its task, its messages after the
+    prompt (assistant turns and tool results so far) and how its assistant turns are written. Model
+    samplers ignore it; the `oracle` policy acts on it."""
+
+    task: Task
+    turns: list[Message]
+    writer: TurnWriter
+
+
 @dataclass
 class SampleRequest:
     """Shape legend: P = prompt length. `prompt_ids` is what the sampler consumes."""
@@ -54,6 +73,7 @@ class SampleRequest:
     prompt_ids: list[int]
     params: SamplingParams
     group_key: str | None = None  # requests sharing a key share a prompt prefix (prefill once)
+    episode: EpisodeView | None = None  # set by the agent loop (rollout/agent.py); None outside an episode
 
 
 @dataclass

@@ -14,6 +14,8 @@ Names understood by `load_policy`:
 * `openai:MODEL` — an OpenAI-compatible endpoint (`base_url=` or
   `OPENAI_BASE_URL`); eval only unless the endpoint returns token ids.
 * `vllm:PATH_OR_ID` — vLLM on a GPU machine (extra `agentrft[vllm]`).
+* `oracle` / `oracle:POLICY` — the environment's expert (`env=` is required) writing through
+  the tokenizer of POLICY (default smollm2-135m): token-exact demonstrations (`samplers/oracle.py`).
 
 The trainer calls `load_model_and_tokenizer` (or reads `sampler.model`) and
 trains the very object the HF sampler samples from: no weight copy in process.
@@ -29,13 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentrft.envs.base import Environment
     from agentrft.samplers.hf import HFSampler
     from agentrft.samplers.hf_reference import ReferenceHFSampler
     from agentrft.samplers.openai_http import OpenAIChatSampler
 
 DEFAULT_POLICY = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-POLICY_NAMES = ("smollm2-135m", "tiny", "hf:PATH_OR_ID", "openai:MODEL", "vllm:PATH_OR_ID")
+POLICY_NAMES = ("smollm2-135m", "tiny", "hf:PATH_OR_ID", "openai:MODEL", "vllm:PATH_OR_ID", "oracle[:POLICY]")
 
 
 class PolicyError(ValueError):
@@ -199,14 +202,21 @@ def load_model_and_tokenizer(name: str = DEFAULT_POLICY, *, seed: int = 0) -> tu
     raise PolicyError(f"unknown in-process policy {name!r}; valid: smollm2-135m, tiny, hf:PATH_OR_ID")
 
 
-def load_policy(name: str = DEFAULT_POLICY, **kw: Any) -> HFSampler | OpenAIChatSampler | Any:
-    """A sampler for a policy name (see the module docstring for the names).
+def load_policy(
+    name: str = DEFAULT_POLICY, *, env: Environment | None = None, **kw: Any
+) -> HFSampler | OpenAIChatSampler | Any:
+    """A sampler for a policy name (see the module docstring for the names); `env` is the environment it
+    will play (only `oracle` needs it).
 
     Keyword arguments go to the sampler (`max_batch_size`, `device`, `dtype` for
     HF; `base_url`, `api_key`, `max_concurrency`, `timeout_s`, `max_retries` for
     `openai:`; vLLM engine options for `vllm:`). `seed=` picks the tiny model's
     initialisation.
     """
+    if name == "oracle" or name.startswith("oracle:"):
+        from agentrft.samplers.oracle import load_oracle
+
+        return load_oracle(name, env)
     if name.startswith("openai:") and len(name) > 7:
         from agentrft.samplers.openai_http import OpenAIChatSampler
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.finqa.curriculum import LEVELS, FinqaLite, answer_text
+from agentrft.envs.finqa.expert import CALCULATOR_ONLY_LEVELS, FinqaExpert
 from agentrft.envs.finqa.program import program_to_infix
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.toolbox_episode import ToolboxEpisode
@@ -33,9 +34,7 @@ SYSTEM_PROMPT = """You answer questions about companies' annual reports. Amounts
 Use the tools to find figures and to compute. When you know the answer, reply without a tool call: "The answer is <number>."
 Give ratios and percentage changes as decimals (0.0164, not 1.64%)."""
 
-# Levels 1-2 put every figure in the prompt: the agent needs only the calculator, and a small
-# model follows a short tool list far better. Several worked examples teach the call's shape.
-CALCULATOR_ONLY_LEVELS = (1, 2)
+# Several worked examples teach the call's shape.
 EXAMPLE_TEMPLATES: dict[int, tuple[str, ...]] = {
     1: ("revenue_growth", "gross_margin", "net_income_change"),
     2: ("revenue_growth",),
@@ -128,6 +127,10 @@ class FinqaLiteEnv(Environment):
         else:
             budget = LEVEL_LIMITS[level].max_tool_calls
         return ToolboxEpisode(task, toolbox, budget, state)
+
+    def expert(self) -> FinqaExpert:
+        """Solves any finqa-lite task from its gold data through the tools (`envs/finqa/expert.py`)."""
+        return FinqaExpert()
 
     # ------------------------------------------------------------ worked examples
 

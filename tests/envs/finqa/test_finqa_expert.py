@@ -1,0 +1,93 @@
+"""The finqa-lite expert (`Environment.expert()`): decisions from gold data and what the tools showed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import pytest
+
+from agentrft.envs.finqa.curriculum import numbers_in
+from agentrft.envs.finqa.env import FinqaLiteEnv
+from agentrft.envs.finqa.expert import FinqaExpert, report_operands
+from agentrft.graders import load_grader
+from agentrft.types import Message, Task, ToolCall, ToolCallFunction
+
+
+@pytest.fixture(scope="module")
+def env() -> FinqaLiteEnv:
+    return FinqaLiteEnv(levels=(1, 2, 3, 4), seed=0)
+
+
+def play(env: FinqaLiteEnv, task: Task, max_turns: int = 12) -> list[Message]:
+    """The expert's turns against the env's real tools (no model, no tokenizer)."""
+    expert = env.expert()
+    episode = env.start(task)
+    turns: list[Message] = []
+    for _ in range(max_turns):
+        msg = expert.next_turn(task, turns)
+        turns.append(msg)
+        if not msg.tool_calls:
+            return turns
+        for call in msg.tool_calls:
+            result = asyncio.run(episode.call_tool(call.function.name, json.loads(call.function.arguments)))
+            turns.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=result.content))
+    raise AssertionError(f"no answer in {max_turns} turns: {turns}")
+
+
+def _calls(turns: list[Message]) -> list[tuple[str, dict[str, object]]]:
+    return [(c.function.name, json.loads(c.function.arguments)) for m in turns for c in m.tool_calls or []]
+
+
+def test_the_expert_answers_every_train_task_right(env: FinqaLiteEnv) -> None:
+    grader = load_grader(env.grader_spec())
+    wrong: Counter[int] = Counter()
+    for task in env.tasks("train"):
+        answer = play(env, task)[-1].text()
+        if not grader.grade({"output_text": answer}, task.data).success:
+            wrong[task.data["level"]] += 1
+    assert not wrong, wrong
+
+
+def test_level_four_operands_are_split_by_report(env: FinqaLiteEnv) -> None:
+    task = next(t for t in env.tasks("train") if t.data["level"] == 4 and t.data["template"] == "revenue_growth")
+    # subtract(a, b), divide(#0, b), subtract(c, d), divide(#2, d), subtract(#1, #3)
+    steps = [s.strip() for s in task.data["program"].replace("(", ",").replace(")", "").split(",")]
+    a, b, c, d = float(steps[1]), float(steps[2]), float(steps[7]), float(steps[8])
+    assert report_operands(task) == [{a, b}, {c, d}]
+
+
+def _search_turn(query: str, result: str, n: int) -> list[Message]:
+    call = ToolCall(id=f"c{n}", function=ToolCallFunction(name="search", arguments=json.dumps({"query": query})))
+    return [
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", tool_call_id=f"c{n}", name="search", content=result),
+    ]
+
+
+def test_a_search_that_misses_is_retried_once_then_the_known_report_is_opened(env: FinqaLiteEnv) -> None:
+    task = next(t for t in env.tasks("train") if t.data["level"] == 3)
+    company, year, doc_id = task.data["company"], task.data["year"], task.data["doc_ids"][0]
+    expert = FinqaExpert()
+    miss = "1. doc_id=OTHER/2020/page_1.pdf | Other Co | 2020 | ..."
+    turns = _search_turn(f"{company} {year}", miss, 1)
+    assert _calls([expert.next_turn(task, turns)]) == [("search", {"query": f"{company} annual report {year}"})]
+    turns += _search_turn(f"{company} annual report {year}", miss, 2)
+    assert _calls([expert.next_turn(task, turns)]) == [("open", {"doc_id": doc_id})]
+    # a hit opens the listed report at once
+    hit = _search_turn(f"{company} {year}", f"1. doc_id={doc_id} | {company} | {year} | ...", 1)
+    assert _calls([expert.next_turn(task, hit)]) == [("open", {"doc_id": doc_id})]
+
+
+def test_a_figure_on_a_later_page_is_read_there(env: FinqaLiteEnv) -> None:
+    small = FinqaLiteEnv(levels=(3,), seed=0, page_chars=400)
+    pages_opened = Counter()
+    for task in small.tasks("train")[:60]:
+        turns = play(small, task)
+        opens = [args for name, args in _calls(turns) if name == "open"]
+        pages_opened[len(opens)] += 1
+        shown = set().union(*(numbers_in(m.text()) for m in turns if m.role == "tool" and m.name == "open"))
+        assert report_operands(task)[0] <= shown, task.id
+        assert turns[-1].text() == f"The answer is {turns[-2].text()}."
+    assert max(pages_opened) >= 2  # some figures were past page 1 and the expert turned the page
