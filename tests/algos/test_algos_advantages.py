@@ -67,13 +67,49 @@ def test_registry_lists_valid_names():
 def test_turn_level_formula():
     outcome = _t([0.5, -0.5])
     per_turn, _ = A.turn_level(outcome, [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]), eps=0.0)
-    # pooled turn rewards [1,0,0]: mean 1/3, unbiased std 1/sqrt(3)
-    z = [(2 / 3) / S3, (-1 / 3) / S3, (-1 / 3) / S3]
-    torch.testing.assert_close(per_turn[0], _t([0.5 + z[0] + z[1], 0.5 + z[1]]), rtol=1e-12, atol=0)
-    torch.testing.assert_close(per_turn[1], _t([-0.5 + z[2]]), rtol=1e-12, atol=0)
+    # weights 1/2, 1/2 | 1: mean = (1/2)(1/2 + 0) = 1/4; squared deviations (1/2)(9/16 + 1/16) + 1/16 = 3/8,
+    # over G - 1 = 1 sample: std = sqrt(3/8)
+    std = math.sqrt(3 / 8)
+    z1, z0 = 0.75 / std, -0.25 / std
+    torch.testing.assert_close(per_turn[0], _t([0.5 + z1, 0.5 + z0]), rtol=1e-12, atol=0)
+    torch.testing.assert_close(per_turn[1], _t([-0.5 + z0]), rtol=1e-12, atol=0)
     # weight scales the process part only
     per_turn_w, _ = A.turn_level(outcome, [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]), eps=0.0, turn_weight=0.5)
-    torch.testing.assert_close(per_turn_w[1], _t([-0.5 + 0.5 * z[2]]), rtol=1e-12, atol=0)
+    torch.testing.assert_close(per_turn_w[1], _t([-0.5 + 0.5 * z0]), rtol=1e-12, atol=0)
+
+
+def test_turn_level_credit_does_not_depend_on_trajectory_length():
+    # The docstring's case: both answered right (A = 0); three good calls then the answer, or one.
+    per_turn, _ = A.turn_level(
+        _t([0.0, 0.0]), [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0]], [4, 2], torch.tensor([0, 0]), eps=0.0
+    )
+    # mean (1/2)(3/4 + 1/2) = 5/8; deviations (1/4)(3 (3/8)^2 + (5/8)^2) + (1/2)((3/8)^2 + (5/8)^2) = 15/32
+    std = math.sqrt(15 / 32)
+    good, answer = (3 / 8) / std, (-5 / 8) / std
+    torch.testing.assert_close(per_turn[0], _t([good, good, good, answer]), rtol=1e-12, atol=0)
+    torch.testing.assert_close(per_turn[1], _t([good, answer]), rtol=1e-12, atol=0)
+    # the return-to-go of pooled z (DeepSeekMath) would give the two identical first turns opposite signs
+    pooled = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    z = (pooled - pooled.mean()) / pooled.std()
+    assert float(z[:4].sum()) == pytest.approx(0.6455, abs=1e-4) and float(z[4:].sum()) == pytest.approx(
+        -0.6455, abs=1e-4
+    )
+
+
+def test_turn_level_repeating_a_trajectorys_turns_changes_no_statistic():
+    # [1, 0] and [1, 1, 0, 0] are the same sample weighted by turn: same mean and std for the group
+    short, _ = A.turn_level(_t([0.0, 0.0]), [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]))
+    long, _ = A.turn_level(_t([0.0, 0.0]), [[1.0, 1.0, 0.0, 0.0], [0.0]], [4, 1], torch.tensor([0, 0]))
+    torch.testing.assert_close(long[0], _t([float(short[0][0])] * 2 + [float(short[0][1])] * 2), rtol=1e-12, atol=0)
+    torch.testing.assert_close(long[1], short[1], rtol=1e-12, atol=0)
+
+
+def test_turn_level_with_one_turn_per_sample_is_grpo_of_the_turn_rewards():
+    rewards = [0.3, 1.0, 0.0, 2.0, 5.0]
+    group = torch.tensor([0, 0, 0, 1, 1])
+    per_turn, _ = A.turn_level(torch.zeros(5, dtype=torch.float64), [[r] for r in rewards], [1] * 5, group, eps=1e-6)
+    expected, _ = A.grpo(_t(rewards), group, eps=1e-6)
+    torch.testing.assert_close(torch.cat(per_turn), expected, rtol=1e-12, atol=1e-15)
 
 
 def test_turn_level_equal_turn_rewards_fall_back_to_outcome():

@@ -40,9 +40,11 @@ def test_outcome_advantage_on_sampled_tokens_only():
 def test_turn_level_through_the_stage():
     group = _group([1.0, 0.0], turn_rewards=[[1.0, 0.0], [0.0, 0.0]])
     trajs, per_token, _ = advantage_stage([group], AlgorithmConfig(advantage="dr_grpo", turn_level=True, adv_eps=1e-6))
-    # pooled turn rewards [1,0,0,0]: mean 1/4, unbiased std 1/2
-    z1, z0 = 0.75 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6)
-    expected_turn = [[0.5 + z1 + z0, 0.5 + z0], [-0.5 + 2 * z0, -0.5 + z0]]
+    # each sample weighs 1: mean (1/2)(1/2 + 0) = 1/4; deviations (1/2)(9/16 + 1/16) + (1/2)(2/16) = 3/8 over
+    # G - 1 = 1: std sqrt(3/8); a turn gets its own z (no return-to-go, see algos.advantages.turn_level)
+    std = math.sqrt(3 / 8) + 1e-6
+    z1, z0 = 0.75 / std, -0.25 / std
+    expected_turn = [[0.5 + z1, 0.5 + z0], [-0.5 + z0, -0.5 + z0]]
     for t, adv, exp in zip(trajs, per_token, expected_turn, strict=True):
         want = [exp[k] if m else 0.0 for k, m in zip(t.tokens.turn, t.tokens.loss_mask, strict=True)]
         assert adv == pytest.approx(want, rel=1e-12, abs=1e-12)

@@ -8,7 +8,8 @@ Follows:
   groups that are nearly all right or all wrong).
 * RLOO — Ahmadian et al. (arXiv 2402.14740): ``A_i = r_i - mean_{j != i} r_j``.
 * Turn-level credit — DeepSeekMath §4.1.3 "process supervision", adapted to agent
-  turns; see `turn_level` for the exact formula.
+  turns and departing from it where it is biased by trajectory length (no return-to-go,
+  each sample weighs 1 in the turn statistics); `turn_level` states the formula and the audit.
 
 Departures: groups are given as an index vector (samples of one group need not be
 contiguous and groups may differ in size, e.g. after failed episodes); the standard
@@ -118,17 +119,36 @@ def turn_level(
     turn_weight: float = 1.0,
     eps: float = 1e-6,
 ) -> tuple[list[Tensor], Metrics]:
-    """Per-turn advantages combining the outcome advantage with process (turn) rewards.
+    """Per-turn advantages: the outcome advantage plus the turn's own group-normalised process reward.
 
-    For sample i of group g with turn rewards ``r_{i,1..K_i}``:
+    For group g with G samples (those with at least one turn), sample i having K_i turns with
+    rewards ``r_{i,1..K_i}``:
 
-        z_{i,k}  = (r_{i,k} - mean_g) / (std_g + eps)   # mean/std over ALL turn rewards of group g
-        A_{i,k}  = A_i + turn_weight * sum_{k' >= k} z_{i,k'}
+        mu_g      = (1/G) sum_i (1/K_i) sum_k r_{i,k}                      # each SAMPLE weighs 1
+        sigma_g^2 = G/(G-1) * (1/G) sum_i (1/K_i) sum_k (r_{i,k} - mu_g)^2  # 0 when G = 1
+        z_{i,k}   = (r_{i,k} - mu_g) / (sigma_g + eps)
+        A_{i,k}   = A_i + turn_weight * z_{i,k}
 
-    i.e. the outcome advantage ``A_i`` plus the return-to-go of group-normalised turn
-    rewards (DeepSeekMath §4.1.3 process supervision, with turns as steps). Every token
-    of turn k then gets ``A_{i,k}`` (see `broadcast_turn_advantages`). A group whose
-    turn rewards all agree has z = 0 and falls back to the outcome advantage.
+    What is normalised over what: every turn reward of the group is centred and scaled by one
+    mean and one standard deviation of the group, taken over all its turns (not per turn index)
+    with each turn weighted 1/K_i, so each sample counts once whatever its length. With one turn
+    per sample this is exactly GRPO's ``(r_i - mean) / (std + eps)`` of the turn rewards (Bessel
+    over samples). Every token of turn k gets ``A_{i,k}`` (`broadcast_turn_advantages`). A group
+    whose turn rewards all agree has z = 0 and falls back to the outcome advantage.
+
+    Departure from DeepSeekMath §4.1.3 (process supervision), audited: there, step rewards are
+    normalised over all steps pooled (each step weighs 1) and a step's advantage is the SUM of
+    the normalised rewards from it to the end (return-to-go). With trajectories of different
+    lengths that is biased by length: (a) a turn's credit grows with the number of turns after
+    it, so the same action is worth more in a longer trajectory whose later turns are above the
+    pooled mean, and less in one whose later turns are below it; e.g. turn rewards [1, 1, 1, 0]
+    and [1, 0] (both answered right, A = 0) give their identical first turns +0.645 and -0.645;
+    (b) a sample with K turns puts K values into the mean and std, so long trajectories set the
+    baseline the short ones are judged by. Normalising per turn index instead compares turns at
+    different stages (turn 2 is an `open` in one episode and the answer in another) and judges
+    late turns only against the long trajectories that reach them. Here a turn is credited by its
+    own reward alone; credit for what a turn enabled later is the outcome advantage's, which every
+    turn carries.
 
     Nothing is dropped: ``len(turn_rewards[i])`` must equal ``num_turns[i]`` (the number
     of assistant turns in the sample's token record), else ValueError.
@@ -149,8 +169,9 @@ def turn_level(
             )
     flat = torch.tensor([r for rs in turn_rewards for r in rs], dtype=torch.float64)
     flat_group = torch.tensor([int(group_index[i]) for i, rs in enumerate(turn_rewards) for _ in rs], dtype=torch.int64)
+    weight = torch.tensor([1.0 / len(rs) for rs in turn_rewards for _ in rs], dtype=torch.float64)
     if flat.numel():
-        mean, std, _ = group_stats(flat, flat_group)
+        mean, std = _sample_weighted_stats(flat, flat_group, weight)
         z = (flat - mean) / (std + eps)
     else:
         z = flat
@@ -159,11 +180,22 @@ def turn_level(
     for i, rs in enumerate(turn_rewards):
         zi = z[offset : offset + len(rs)]
         offset += len(rs)
-        # return-to-go: reversed cumulative sum
-        rtg = torch.flip(torch.cumsum(torch.flip(zi, [0]), 0), [0])
-        out.append((float(outcome_advantages[i]) + turn_weight * rtg).to(outcome_advantages.dtype))
+        out.append((float(outcome_advantages[i]) + turn_weight * zi).to(outcome_advantages.dtype))
     cat = torch.cat(out) if out else torch.zeros(0)
     return out, _metrics(cat, "turn_adv")
+
+
+def _sample_weighted_stats(values: Tensor, group: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-value group mean and std (see `turn_level`): weights sum to 1 per sample, so to G per group."""
+    num_groups = int(group.max()) + 1
+    samples = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight)  # G per group
+    mean = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight * values) / samples.clamp(
+        min=1e-300
+    )
+    dev = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight * (values - mean[group]) ** 2)
+    g = samples.round()  # sums of 1/K_i over K_i terms: integers up to rounding
+    var = torch.where(g > 1, dev / (g - 1).clamp(min=1), torch.zeros_like(dev))
+    return mean[group], var.sqrt()[group]
 
 
 def broadcast_turn_advantages(turn_advantages: Tensor, token_turn: Tensor, loss_mask: Tensor) -> Tensor:

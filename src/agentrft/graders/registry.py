@@ -70,7 +70,16 @@ def grader_types() -> list[str]:
 
 def _ensure_builtin() -> None:
     # Importing the modules registers their classes (kept lazy to avoid import cycles).
-    from agentrft.graders import model, multi, numeric, python_grader, reward_model, text, trajectory  # noqa: F401
+    from agentrft.graders import (  # noqa: F401
+        finqa_process,
+        model,
+        multi,
+        numeric,
+        python_grader,
+        reward_model,
+        text,
+        trajectory,
+    )
 
 
 def _fmt_loc(prefix: str, loc: tuple[Any, ...]) -> str:

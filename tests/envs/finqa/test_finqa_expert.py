@@ -55,7 +55,7 @@ def test_level_four_operands_are_split_by_report(env: FinqaLiteEnv) -> None:
     # subtract(a, b), divide(#0, b), subtract(c, d), divide(#2, d), subtract(#1, #3)
     steps = [s.strip() for s in task.data["program"].replace("(", ",").replace(")", "").split(",")]
     a, b, c, d = float(steps[1]), float(steps[2]), float(steps[7]), float(steps[8])
-    assert report_operands(task) == [{a, b}, {c, d}]
+    assert report_operands(task.data) == [{a, b}, {c, d}]
 
 
 def _search_turn(query: str, result: str, n: int) -> list[Message]:
@@ -88,6 +88,6 @@ def test_a_figure_on_a_later_page_is_read_there(env: FinqaLiteEnv) -> None:
         opens = [args for name, args in _calls(turns) if name == "open"]
         pages_opened[len(opens)] += 1
         shown = set().union(*(numbers_in(m.text()) for m in turns if m.role == "tool" and m.name == "open"))
-        assert report_operands(task)[0] <= shown, task.id
+        assert report_operands(task.data)[0] <= shown, task.id
         assert turns[-1].text() == f"The answer is {turns[-2].text()}."
     assert max(pages_opened) >= 2  # some figures were past page 1 and the expert turned the page

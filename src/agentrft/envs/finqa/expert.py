@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +41,13 @@ def search_query(company: str, year: int, attempt: int) -> str:
     return f"{company} {year}" if attempt == 0 else f"{company} annual report {year}"
 
 
-def report_operands(task: Task) -> list[set[float]]:
-    """Per gold report (in `doc_ids` order), the figures the gold program reads from it.
+def report_operands(data: Mapping[str, Any]) -> list[set[float]]:
+    """Per gold report (in `doc_ids` order), the figures the gold program reads from it; `data` is a
+    finqa-lite task's `data` (the grading item).
 
     A level-4 program is the first report's steps, then the second's, then their difference
     (`templates.compose_difference`); a template's operand arguments `o<i>` are the figures.
     """
-    data = task.data
     steps = parse_steps(program_to_tokens(str(data["program"])))
     template = TEMPLATES_BY_NAME[str(data["template"])]
     n = len(template.steps)
@@ -144,7 +145,7 @@ class FinqaExpert:
                     return _call(n, "search", {"query": asked[tried]})
                 return _call(n, "open", {"doc_id": doc_id})
             shown = set().union(*(numbers_in(text) for text in pages.values()))
-            missing = report_operands(task)[j] - shown
+            missing = report_operands(data)[j] - shown
             following = max(pages) + 1
             if missing and following <= seen.page_counts.get(doc_id, 0):
                 return _call(n, "open", {"doc_id": doc_id, "page": following})

@@ -1,0 +1,146 @@
+"""`finqa_process`: credit for the steps of a finqa-lite episode that mattered, one reward per assistant turn.
+
+The item is the finqa-lite task's `data` (gold `program`, `doc_ids`, `template`, `level`). The
+milestones of a task are: for each gold report (levels 3–4 only; levels 1–2 have the figures in
+the prompt), *retrieving* it and *reading* its figures; and a *calculation* on the gold figures.
+Each tool call of turn k adds to ``turn_rewards[k]``:
+
+| call | reward |
+| --- | --- |
+| `search` whose results list a gold report's doc_id, the first search to list it | `retrieved` per such report |
+| `open` of a gold report showing figures the gold program reads from it (`envs/finqa/expert.report_operands`) | `opened` × the share of that report's figures this page shows first |
+| successful `calculate` | `calculation` × the gain in the largest share of the gold figures that any calculation has written so far |
+| malformed call (unreadable text, unknown tool, bad arguments) | `malformed` (a penalty) |
+| any other failed call (no such document, calculator error, past the budget, timeout) | `tool_error` |
+
+Every milestone pays once, by shares, so repeating a good call earns nothing and a long episode
+cannot collect more than a short one that reaches the same milestones; the final-answer turn
+earns `answer_turn` (the outcome is the outcome grader's). The scalar reward is the sum of the
+turn rewards divided by the milestones' total (`retrieved` + `opened` per gold report, plus
+`calculation`): 1.0 when every milestone is reached without a penalty. Use it alone, or beside
+the outcome grader in `multi` (whose turn rewards are summed) with ``algorithm.turn_level``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agentrft.envs.finqa.curriculum import numbers_in
+from agentrft.envs.finqa.expert import report_operands
+from agentrft.graders.base import Grader, GraderFailure, Sample, Score
+from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
+from agentrft.types import ToolCallEvent, Trajectory
+
+_MALFORMED = {"malformed", "unknown_tool", "bad_arguments"}
+_REFERENCES = re.compile(r"#\d+|const_[\w]+")  # step references and constants are not figures
+DOCUMENT_LEVELS = (3, 4)
+
+
+class FinqaProcessSpec(SpecBase):
+    type: Literal["finqa_process"]
+    retrieved: float = Field(default=1.0, ge=0, description="a search that lists a gold report (once per report)")
+    opened: float = Field(default=1.0, ge=0, description="opening a gold report's figures (shared over its pages)")
+    calculation: float = Field(default=1.0, ge=0, description="a calculation on the gold figures (by share)")
+    malformed: float = Field(default=-1.0, le=0, description="per malformed call")
+    tool_error: float = Field(default=-0.5, le=0, description="per other failed call")
+    answer_turn: float = 0.0
+
+
+def expression_figures(expression: str) -> set[float]:
+    """The numbers an arithmetic expression or FinQA program writes (`#k` and `const_*` left out)."""
+    return numbers_in(_REFERENCES.sub(" ", expression))
+
+
+class _Milestones:
+    """What the episode has reached so far, and what each new call adds."""
+
+    def __init__(self, item: dict[str, Any], spec: FinqaProcessSpec) -> None:
+        try:
+            level = int(item["level"])
+            figures = report_operands(item)
+            doc_ids = [str(d) for d in item["doc_ids"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GraderFailure(
+                "invalid_variable_error", f"item is not a finqa-lite task's data ({type(exc).__name__}: {exc})"
+            ) from None
+        self.spec = spec
+        self.reports = dict(zip(doc_ids, figures, strict=True)) if level in DOCUMENT_LEVELS else {}
+        self.all_figures: set[float] = set().union(*figures) if figures else set()
+        self.retrieved: set[str] = set()
+        self.shown: dict[str, set[float]] = {d: set() for d in self.reports}
+        self.calculated = 0.0  # largest share of the gold figures written by a successful calculation
+
+    @property
+    def total(self) -> float:
+        return len(self.reports) * (self.spec.retrieved + self.spec.opened) + self.spec.calculation
+
+    def reward(self, e: ToolCallEvent) -> float:
+        s = self.spec
+        if e.error is not None:
+            return s.malformed if e.error_kind in _MALFORMED else s.tool_error
+        args = e.arguments if isinstance(e.arguments, dict) else {}
+        text = e.result or ""
+        if e.name == "search":
+            listed = {d for d in self.reports if f"doc_id={d} " in text} - self.retrieved
+            self.retrieved |= listed
+            return s.retrieved * len(listed)
+        if e.name == "open":
+            doc = _canonical(str(args.get("doc_id", "")), self.reports)
+            if doc is None or not self.reports[doc]:
+                return 0.0
+            new = (numbers_in(text) & self.reports[doc]) - self.shown[doc]
+            self.shown[doc] |= new
+            return s.opened * len(new) / len(self.reports[doc])
+        if e.name == "calculate" and self.all_figures:
+            share = len(expression_figures(str(args.get("expression", ""))) & self.all_figures) / len(self.all_figures)
+            gain = max(0.0, share - self.calculated)
+            self.calculated = max(self.calculated, share)
+            return s.calculation * gain
+        return 0.0
+
+
+def _canonical(doc_id: str, reports: dict[str, set[float]]) -> str | None:
+    """The gold doc_id that `open` resolved `doc_id` to (it matches case-insensitively), or None."""
+    key = doc_id.strip().lower()
+    return next((d for d in reports if d.lower() == key), None)
+
+
+def turn_count(traj: Trajectory) -> int:
+    """Assistant turns of the episode (a turn is counted even where its events are missing)."""
+    last_event_turn = max((e.turn for e in traj.tool_calls), default=-1)
+    return max(traj.num_turns, last_event_turn + 1)
+
+
+@register_grader("finqa_process")
+class FinqaProcessGrader(Grader):
+    """Per-turn process rewards for finqa-lite (module docstring)."""
+
+    Spec = FinqaProcessSpec
+
+    def __init__(self, name: str, spec: FinqaProcessSpec) -> None:
+        super().__init__(name, spec.pass_threshold, max_reward=1.0)
+        self.spec = spec
+
+    @classmethod
+    def build(cls, spec: FinqaProcessSpec, where: str, options: LoadOptions) -> FinqaProcessGrader:
+        return cls(spec.name or "finqa_process", spec)
+
+    def score(self, sample: Sample, item: dict[str, Any]) -> Score:
+        traj = sample.trajectory
+        if traj is None:
+            raise GraderFailure("sample_parse_error", f"{self.name} needs a trajectory (tool calls), got a sample")
+        milestones = _Milestones(item, self.spec)
+        turns = [0.0] * turn_count(traj)
+        tool_turns: set[int] = set()
+        for e in traj.tool_calls:
+            turns[e.turn] += milestones.reward(e)
+            tool_turns.add(e.turn)
+        for k in range(len(turns)):
+            if k not in tool_turns:
+                turns[k] = self.spec.answer_turn
+        value = sum(turns) / milestones.total if milestones.total > 0 else 0.0
+        detail = {"retrieved": sorted(milestones.retrieved), "calculated_share": milestones.calculated}
+        return Score(value, turn_rewards=turns, metadata={"milestones": detail})
