@@ -65,6 +65,32 @@ class PolicyConfig(_Cfg):
     )
 
 
+class CurriculumConfig(_Cfg):
+    """Tasks drawn across levels (`task.data["level"]`) by the measured pass rate (train/curriculum.py); grpo only."""
+
+    enabled: bool = False
+    window: int = Field(default=32, ge=1, description="episodes of a level in its rolling pass rate")
+    min_episodes: int = Field(default=16, ge=1, description="episodes of a level before its rate can promote")
+    promote_at: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="a level whose rolling pass rate reaches this unlocks the next"
+    )
+    keep_share: float = Field(
+        default=0.2, ge=0.0, lt=1.0, description="share of draws spread evenly over the levels already passed"
+    )
+    mixed_weight: float = Field(
+        default=2.0, ge=0.0, description="weight of a task whose last group had some successes, not all (unseen: 1)"
+    )
+    flat_weight: float = Field(
+        default=0.5, ge=0.0, description="weight of a task whose last group all passed or all failed (unseen: 1)"
+    )
+
+    @model_validator(mode="after")
+    def _window_holds_min(self) -> CurriculumConfig:
+        if self.min_episodes > self.window:
+            raise ValueError("min_episodes must be <= window (the rolling pass rate holds window episodes)")
+        return self
+
+
 class RolloutConfig(_Cfg):
     env: str = Field(default="finqa-lite:1", description="environment name for agentrft.envs.registry.make_env")
     split: str = Field(default="train", description="task split to train on")
@@ -79,6 +105,9 @@ class RolloutConfig(_Cfg):
     max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
     tool_format: FormatName = Field(default="xml", description="how tool calls look in the model's text")
     grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
+    curriculum: CurriculumConfig = Field(
+        default_factory=CurriculumConfig, description="draw tasks across levels by pass rate (grpo, synchronous)"
+    )
 
 
 class OverlongConfig(_Cfg):
@@ -344,6 +373,15 @@ class TrainConfig(_Cfg):
             raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")
         if self.ray.on and self.method != "grpo":
             raise ValueError(f"ray: rollout workers on Ray are for method grpo, not {self.method}")
+        if self.rollout.curriculum.enabled:
+            if self.method != "grpo":
+                raise ValueError(f"rollout.curriculum: the curriculum draws GRPO's tasks, not {self.method}'s")
+            if self.async_.max_staleness or self.ray.on:
+                raise ValueError(
+                    "rollout.curriculum: not available with asynchronous rollouts yet (async.max_staleness, ray): "
+                    "the pipeline replays a draw by its index, and a curriculum's draw depends on the pass rates "
+                    "measured when it was made"
+                )
         if self.method == "rejection_sampling":
             if self.data.source is not None:
                 raise ValueError(

@@ -29,6 +29,7 @@ from agentrft.graders import Grader
 from agentrft.samplers.base import SamplingParams, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
+from agentrft.train.curriculum import task_source
 from agentrft.train.data import select_trajectories
 from agentrft.train.memory import trim
 from agentrft.train.metrics import eval_metrics
@@ -233,6 +234,7 @@ def _grpo_step(
     tasks = comps.env.tasks(cfg.rollout.split)
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
+    source = task_source(tasks, cfg.rollout.curriculum, cfg.seed, state.extra.get("curriculum"))
     runner = train_runner(cfg, comps.env, policy, comps.store)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
 
@@ -240,8 +242,11 @@ def _grpo_step(
         policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
         model.eval()  # sampling: no dropout
         groups, state.cursor, metrics = collect_stage(
-            cfg, runner, tasks, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store
+            cfg, runner, source, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store
         )
+        curriculum = source.state_dict()
+        if curriculum is not None:  # checkpointed with the cursor: a resumed run draws the same
+            state.extra["curriculum"] = curriculum
         trim()  # the rollout's KV caches were freed in the engine thread's arena
         trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
         metrics.update(adv_metrics)

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -34,6 +34,9 @@ from agentrft.train.config import AlgorithmConfig, TrainConfig
 from agentrft.train.metrics import rollout_metrics
 from agentrft.train.packing import MicroBatch, micro_batches, to_sequence
 from agentrft.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from agentrft.train.curriculum import TaskSource
 
 T = TypeVar("T")
 MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two healthy members
@@ -158,14 +161,15 @@ def drop_reasons(trajs: Sequence[Trajectory], kept: set[str]) -> dict[str, str]:
 def collect_stage(
     cfg: TrainConfig,
     runner: Runner,
-    tasks: Sequence[Task],
+    source: TaskSource,
     cursor: int,
     run_id: str,
     policy_version: int,
     grader: Grader,
     store: Store | None,
 ) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
-    """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds).
+    """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds). Tasks
+    come from ``source`` (`train/curriculum.py`), which sees every graded episode before the next round draws.
 
     Returns (groups to train on, new task cursor, metrics incl. sampling/grading seconds and exclusions).
     """
@@ -176,12 +180,13 @@ def collect_stage(
     rounds = 0
     while True:
         rounds += 1
-        batch = next_tasks(tasks, cursor, r.tasks_per_step - len(kept.groups), cfg.seed)
+        batch = source.draw(cursor, r.tasks_per_step - len(kept.groups))
         cursor += len(batch)
         t0 = time.perf_counter()
         trajs = rollout_stage(runner, batch, r.group_size, run_id, policy_version)
         t1 = time.perf_counter()
         grade_stage(trajs, {t.id: t for t in batch}, grader, store)
+        source.observe(trajs)
         t_sample += t1 - t0
         t_grade += time.perf_counter() - t1
         all_trajs += trajs
@@ -200,6 +205,7 @@ def collect_stage(
         **kept.metrics(),
     }
     metrics.update(rollout_metrics(all_trajs, "train"))
+    metrics.update(source.metrics())
     return kept.groups, cursor, metrics
 
 

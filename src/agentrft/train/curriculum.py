@@ -1,0 +1,202 @@
+"""Where GRPO's tasks come from: an endless seeded shuffle, or a curriculum over levels.
+
+`collect_stage` draws each step's tasks from a `TaskSource` and shows it every graded episode:
+
+* `ShuffledTasks` — the tasks in one seeded shuffle per epoch (`stages.next_tasks`); it learns nothing.
+* `Curriculum` (``rollout.curriculum.enabled``) — tasks carry their level in ``task.data["level"]``
+  (finqa-lite does; ``finqa-lite:1,2,3,4`` trains on all four). Levels unlock in order: the first
+  at the start, the next when the newest unlocked level's rolling pass rate (its last ``window``
+  graded episodes, at least ``min_episodes`` of them) reaches ``promote_at``. Each draw picks a
+  level by weight, then a task of that level by weight:
+
+  * level weights: the newest unlocked level (the frontier) gets ``1 - keep_share``, the levels
+    already passed share ``keep_share`` evenly (the frontier gets 1 while it is the only one);
+    locked levels get 0;
+  * task weights: 1 for a task not yet played, ``mixed_weight`` when its last group had some
+    successes but not all (the groups GRPO learns from), ``flat_weight`` when it all passed or
+    all failed;
+  * a task is drawn at most once per `draw` call while its level has others left.
+
+  An episode counts in the pass rates when it has a grade without grader errors and did not end
+  in an episode error (a sampler crash says nothing of the policy). The draw is a function of the
+  seed, the cursor and the state, and the state (`state_dict`: unlocked levels, each level's
+  recent results, each task's last group success) goes into the checkpoint
+  (``TrainerState.extra["curriculum"]``), so a resumed run draws what an uninterrupted one would.
+  Per step the loop logs ``curriculum/level_<L>_weight``, ``curriculum/level_<L>_pass_rate`` and
+  ``curriculum/unlocked_levels``.
+
+The asynchronous pipeline replays a draw from its index alone, so the curriculum is for the
+synchronous loop (the config refuses it with ``async.max_staleness`` or ``ray``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from agentrft.inputs import InputError
+from agentrft.train.config import CurriculumConfig
+from agentrft.train.stages import next_tasks
+from agentrft.types import Task, Trajectory
+
+
+class TaskSource(Protocol):
+    """What `collect_stage` draws tasks from and reports graded episodes to."""
+
+    def draw(self, cursor: int, n: int) -> list[Task]:
+        """Tasks ``cursor .. cursor+n`` of the stream (the caller advances the cursor by n)."""
+        ...
+
+    def observe(self, trajs: Sequence[Trajectory]) -> None:
+        """Graded episodes of the tasks drawn."""
+        ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint must keep to draw the same after a resume (None: nothing)."""
+        ...
+
+
+class ShuffledTasks:
+    """The endless seeded shuffle (`stages.next_tasks`): a pure function of the cursor."""
+
+    def __init__(self, tasks: Sequence[Task], seed: int) -> None:
+        self.tasks, self.seed = tasks, seed
+
+    def draw(self, cursor: int, n: int) -> list[Task]:
+        return next_tasks(self.tasks, cursor, n, self.seed)
+
+    def observe(self, trajs: Sequence[Trajectory]) -> None:
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None
+
+
+def task_level(task: Task) -> int:
+    level = task.data.get("level")
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise InputError(
+            f"rollout.curriculum: task {task.id} has no integer data.level (got {level!r}); the curriculum "
+            "draws by level (finqa-lite's tasks carry one)"
+        )
+    return level
+
+
+class Curriculum:
+    """Tasks by level, weighted by measured pass rates (module docstring)."""
+
+    def __init__(
+        self, tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None = None
+    ) -> None:
+        if not tasks:
+            raise InputError("rollout.curriculum: no training tasks to draw from")
+        self.cfg, self.seed = cfg, seed
+        self.by_level: dict[int, list[Task]] = {}
+        for t in tasks:
+            self.by_level.setdefault(task_level(t), []).append(t)
+        self.levels = sorted(self.by_level)
+        self.level_of = {t.id: task_level(t) for t in tasks}
+        self.unlocked = 1
+        self.recent: dict[int, list[int]] = {lv: [] for lv in self.levels}
+        self.task_success: dict[str, float] = {}
+        if state is not None:
+            self.load_state_dict(state)
+
+    # ------------------------------------------------------------ weights
+
+    def level_weights(self) -> dict[int, float]:
+        """Each level's share of the draws (module docstring); sums to 1."""
+        unlocked = self.levels[: self.unlocked]
+        out = {lv: 0.0 for lv in self.levels}
+        if len(unlocked) == 1:
+            out[unlocked[0]] = 1.0
+            return out
+        *passed, frontier = unlocked
+        out[frontier] = 1.0 - self.cfg.keep_share
+        for lv in passed:
+            out[lv] = self.cfg.keep_share / len(passed)
+        return out
+
+    def task_weight(self, task: Task) -> float:
+        rate = self.task_success.get(task.id)
+        if rate is None:
+            return 1.0
+        return self.cfg.mixed_weight if 0.0 < rate < 1.0 else self.cfg.flat_weight
+
+    def pass_rate(self, level: int) -> float | None:
+        recent = self.recent[level]
+        return sum(recent) / len(recent) if recent else None
+
+    # ------------------------------------------------------------ TaskSource
+
+    def draw(self, cursor: int, n: int) -> list[Task]:
+        rng = random.Random(f"curriculum:{self.seed}:{cursor}")  # str seeds hash the same on every machine
+        weights = self.level_weights()
+        levels = [lv for lv in self.levels if weights[lv] > 0]
+        taken: set[str] = set()
+        out: list[Task] = []
+        for _ in range(n):
+            level = rng.choices(levels, weights=[weights[lv] for lv in levels])[0]
+            pool = [t for t in self.by_level[level] if t.id not in taken] or self.by_level[level]
+            task_weights = [self.task_weight(t) for t in pool]
+            if sum(task_weights) <= 0:  # every task weighted 0 (flat_weight 0, all flat): uniform
+                task_weights = [1.0] * len(pool)
+            task = rng.choices(pool, weights=task_weights)[0]
+            taken.add(task.id)
+            out.append(task)
+        return out
+
+    def observe(self, trajs: Sequence[Trajectory]) -> None:
+        groups: dict[tuple[str, str], list[int]] = {}
+        for t in trajs:
+            if t.grade is None or t.grade.errors or t.status == "error" or t.task_id not in self.level_of:
+                continue
+            groups.setdefault((t.group_id, t.task_id), []).append(int(t.grade.success))
+        for (_, task_id), results in groups.items():
+            level = self.level_of[task_id]
+            self.recent[level] = (self.recent[level] + results)[-self.cfg.window :]
+            self.task_success[task_id] = sum(results) / len(results)
+        while self.unlocked < len(self.levels):
+            frontier = self.levels[self.unlocked - 1]
+            rate = self.pass_rate(frontier)
+            if len(self.recent[frontier]) < self.cfg.min_episodes or rate is None or rate < self.cfg.promote_at:
+                break
+            self.unlocked += 1
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"curriculum/level_{lv}_weight": w for lv, w in self.level_weights().items()}
+        for lv in self.levels:
+            rate = self.pass_rate(lv)
+            if rate is not None:
+                out[f"curriculum/level_{lv}_pass_rate"] = rate
+        out["curriculum/unlocked_levels"] = float(self.unlocked)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "unlocked": self.unlocked,
+            "recent": {str(lv): list(r) for lv, r in self.recent.items()},
+            "task_success": dict(sorted(self.task_success.items())),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        recent = {int(k): [int(x) for x in v] for k, v in state["recent"].items()}
+        if set(recent) != set(self.levels):
+            raise InputError(
+                f"rollout.curriculum: the checkpoint's levels {sorted(recent)} are not the training tasks' "
+                f"levels {self.levels}"
+            )
+        self.unlocked = int(state["unlocked"])
+        self.recent = recent
+        self.task_success = {str(k): float(v) for k, v in state["task_success"].items()}
+
+
+def task_source(tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None) -> TaskSource:
+    """The curriculum when enabled (restored from a checkpoint's `state`), else the seeded shuffle."""
+    return Curriculum(tasks, cfg, seed, state) if cfg.enabled else ShuffledTasks(tasks, seed)

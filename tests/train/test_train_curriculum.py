@@ -1,0 +1,160 @@
+"""The curriculum (train/curriculum.py): weights by hand, promotion, task preference, and exact resume."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import fakes_train as F
+import pytest
+
+from agentrft.inputs import InputError
+from agentrft.train import train
+from agentrft.train.config import ConfigError, CurriculumConfig
+from agentrft.train.curriculum import Curriculum, ShuffledTasks
+from agentrft.train.metrics import is_timing_key, read_metrics
+from agentrft.train.stages import next_tasks
+from agentrft.types import Grade, Message, Task, Trajectory
+
+
+def _tasks(per_level: int = 4, levels: tuple[int, ...] = (1, 2, 3)) -> list[Task]:
+    return [
+        Task(id=f"L{lv}-{i}", messages=[Message(role="user", content="q")], data={"level": lv})
+        for lv in levels
+        for i in range(per_level)
+    ]
+
+
+def _group(task_id: str, successes: list[bool], group: str = "g") -> list[Trajectory]:
+    return [
+        Trajectory(
+            task_id=task_id, group_id=f"{group}-{task_id}", status="completed", grade=Grade(reward=float(s), success=s)
+        )
+        for s in successes
+    ]
+
+
+CFG = CurriculumConfig(enabled=True, window=4, min_episodes=4, promote_at=0.75, keep_share=0.2)
+
+
+def test_levels_unlock_in_order_when_the_rolling_pass_rate_reaches_the_threshold() -> None:
+    c = Curriculum(_tasks(), CFG, seed=0)
+    assert c.level_weights() == {1: 1.0, 2: 0.0, 3: 0.0}
+    c.observe(_group("L1-0", [True, True, True]))  # 3 episodes < min_episodes: no promotion yet
+    assert c.unlocked == 1 and c.pass_rate(1) == 1.0
+    c.observe(_group("L1-1", [False, True, True, True]))  # window 4: [1, 1, 1, 1] then... last 4 = [0,1,1,1]
+    assert c.recent[1] == [0, 1, 1, 1] and c.pass_rate(1) == 0.75 and c.unlocked == 2
+    assert c.level_weights() == {1: pytest.approx(0.2), 2: pytest.approx(0.8), 3: 0.0}
+    c.observe(_group("L2-0", [True, True, False, False]))  # 0.5 < 0.75: level 3 stays locked
+    assert c.unlocked == 2
+    c.observe(_group("L2-1", [True, True, True, True]))
+    assert c.unlocked == 3
+    assert c.level_weights() == {1: pytest.approx(0.1), 2: pytest.approx(0.1), 3: pytest.approx(0.8)}
+    m = c.metrics()
+    assert m["curriculum/unlocked_levels"] == 3.0 and m["curriculum/level_3_weight"] == pytest.approx(0.8)
+    assert m["curriculum/level_2_pass_rate"] == 1.0 and "curriculum/level_3_pass_rate" not in m
+
+
+def test_errors_do_not_count_in_the_pass_rates() -> None:
+    c = Curriculum(_tasks(), CFG, seed=0)
+    crashed = _group("L1-0", [False, False])
+    crashed[0].status = "error"
+    crashed[1].grade = Grade(reward=0.0, errors=[{"flag": "other_error", "grader": "g", "message": "boom"}])
+    c.observe([*crashed, Trajectory(task_id="L1-0", group_id="x", status="completed")])  # last one ungraded
+    assert c.recent[1] == [] and c.task_success == {}
+
+
+def test_task_weights_prefer_groups_neither_all_right_nor_all_wrong() -> None:
+    c = Curriculum(_tasks(), CFG, seed=0)
+    c.observe(_group("L1-0", [True, False]) + _group("L1-1", [True, True]) + _group("L1-2", [False, False]))
+    by_id = {t.id: t for t in _tasks()}
+    assert [c.task_weight(by_id[f"L1-{i}"]) for i in range(4)] == [2.0, 0.5, 0.5, 1.0]
+    # drawn frequencies follow the weights (2 : 0.5 : 0.5 : 1 over 400 draws of one task each)
+    counts = Counter(t.id for cursor in range(400) for t in c.draw(cursor, 1))
+    assert set(counts) == {"L1-0", "L1-1", "L1-2", "L1-3"}
+    assert counts["L1-0"] > counts["L1-3"] > max(counts["L1-1"], counts["L1-2"])
+
+
+def test_a_draw_keeps_to_unlocked_levels_repeats_no_task_and_is_a_function_of_seed_cursor_and_state() -> None:
+    c = Curriculum(_tasks(), CFG, seed=5)
+    batch = c.draw(0, 4)
+    assert sorted(t.id for t in batch) == ["L1-0", "L1-1", "L1-2", "L1-3"]
+    assert [t.id for t in c.draw(7, 6)] == [t.id for t in Curriculum(_tasks(), CFG, seed=5).draw(7, 6)]
+    c.unlocked = 3
+    restored = Curriculum(_tasks(), CFG, seed=5, state=c.state_dict())
+    assert [t.id for t in restored.draw(9, 8)] == [t.id for t in c.draw(9, 8)]
+    assert [t.id for t in c.draw(9, 8)] != [
+        t.id for t in Curriculum(_tasks(), CFG, seed=6, state=c.state_dict()).draw(9, 8)
+    ]
+
+
+def test_tasks_without_a_level_or_a_checkpoint_of_other_levels_are_refused() -> None:
+    with pytest.raises(InputError, match="no integer data.level"):
+        Curriculum([Task(id="t", messages=[], data={"i": 1})], CFG, seed=0)
+    state = Curriculum(_tasks(levels=(1, 2)), CFG, seed=0).state_dict()
+    with pytest.raises(InputError, match=r"levels \[1, 2\] are not the training tasks' levels \[1, 2, 3\]"):
+        Curriculum(_tasks(), CFG, seed=0, state=state)
+
+
+def test_the_shuffle_is_the_seeded_stream() -> None:
+    tasks = _tasks()
+    assert ShuffledTasks(tasks, 3).draw(5, 4) == next_tasks(tasks, 5, 4, 3)
+
+
+def test_the_config_refuses_the_curriculum_where_it_cannot_run() -> None:
+    with pytest.raises(ConfigError, match="asynchronous"):
+        F.config(**{"rollout.curriculum.enabled": "true", "async.max_staleness": 1})
+    with pytest.raises(ConfigError, match="min_episodes must be <= window"):
+        F.config(**{"rollout.curriculum.enabled": "true", "rollout.curriculum.window": 2})
+
+
+# ---------------------------------------------------------------- the loop, stopped and resumed
+
+
+class LevelledEnv(F.FakeEnv):
+    def tasks(self, split: str = "train") -> list[Task]:
+        return [
+            t.model_copy(update={"data": {**t.data, "level": 1 + i % 3}}) for i, t in enumerate(super().tasks(split))
+        ]
+
+
+def _components(run_dir: Any) -> Any:
+    comps = F.components(run_dir)
+    comps.env = LevelledEnv(n_tasks=9)
+    return comps
+
+
+CURRICULUM = {
+    "rollout.curriculum.enabled": "true",
+    "rollout.curriculum.window": 6,
+    "rollout.curriculum.min_episodes": 3,
+    "rollout.curriculum.promote_at": 0.3,
+    "steps": 5,
+    "eval.every_steps": 0,
+}
+
+
+def _run(run_dir: Any, resume: bool = False, stop_after: int | None = None) -> Any:
+    return train(F.config(**CURRICULUM), run_dir, resume=resume, components=_components(run_dir), stop_after=stop_after)
+
+
+def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
+
+
+def _trained_tasks(run_dir: Any) -> list[tuple[str, int]]:
+    from agentrft.store import Store
+
+    with Store(run_dir / "agentrft.db") as s:
+        run = next(r for r in s.list_runs() if r.kind == "train")
+        return sorted((t.task_id, t.policy_version) for t in s.query_trajectories(run_id=run.id))
+
+
+def test_a_stopped_and_resumed_curriculum_run_equals_an_uninterrupted_one(tmp_path) -> None:
+    ref = _run(tmp_path / "ref")
+    weights = [(r["curriculum/level_1_weight"], r["curriculum/unlocked_levels"]) for r in ref.history]
+    assert len(set(weights)) > 1  # the mix changed during the run, so the state matters
+    _run(tmp_path / "b", stop_after=2)
+    _run(tmp_path / "b", resume=True)
+    assert _strip(read_metrics(tmp_path / "b")) == _strip(read_metrics(tmp_path / "ref"))
+    assert _trained_tasks(tmp_path / "b") == _trained_tasks(tmp_path / "ref")
