@@ -10,6 +10,7 @@ Modules, from data to environment:
 * ``calc``       — the agent's calculator: arithmetic (the shared :mod:`agentrft.arith`) or a FinQA program
 * ``tools``      — ``search`` / ``open`` / ``calculate`` over a document index
 * ``env``        — :class:`~agentrft.envs.finqa.env.FinqaLiteEnv` (``finqa-lite``)
+* ``expert``     — solves a finqa-lite task from its gold data through the tools (the ``oracle`` policy)
 * ``dataset``    — the official FinQA JSON files as validated records
 * ``json_env``   — :class:`~agentrft.envs.finqa.json_env.FinqaJsonEnv` (``finqa:PATH.json``)
 * ``evaluate``   — official-style evaluation of a predictions file
