@@ -158,3 +158,17 @@ def test_a_stopped_and_resumed_curriculum_run_equals_an_uninterrupted_one(tmp_pa
     _run(tmp_path / "b", resume=True)
     assert _strip(read_metrics(tmp_path / "b")) == _strip(read_metrics(tmp_path / "ref"))
     assert _trained_tasks(tmp_path / "b") == _trained_tasks(tmp_path / "ref")
+
+
+def test_a_curriculum_over_tasks_without_levels_fails_before_the_model_loads(tmp_path, monkeypatch) -> None:
+    from agentrft.train.loop import build_components
+
+    def no_model(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("the policy was loaded")
+
+    monkeypatch.setattr("agentrft.samplers.policies.load_trainable_policy", no_model)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "2+2?"}], "answer": "4"}\n')
+    cfg = F.config(**{"rollout.curriculum.enabled": "true", "rollout.env": f"jsonl:{data}"})
+    with pytest.raises(InputError, match="no integer data.level"):
+        build_components(cfg, tmp_path)

@@ -75,6 +75,8 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
 
     env = make_env(cfg.rollout.env)
     grader = load_grader(cfg.rollout.grader or env.grader_spec())  # a bad spec fails before the model loads
+    if cfg.rollout.curriculum.enabled:  # so do training tasks without levels
+        task_source(env.tasks(cfg.rollout.split), cfg.rollout.curriculum, cfg.seed, None)
     policy = load_trainable_policy(cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed)
     return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME))
 
