@@ -144,7 +144,21 @@ def test_report_shows_the_asynchronous_pipeline(tmp_path: Path) -> None:
     for series in ("async/trainer_utilisation", "async/queue_groups", "time/sync_s", "is/weight_mean"):
         assert f'data-series="{series}"' in html
     assert "Staleness of the trained trajectories" in html
+    assert "Curriculum" not in html  # no curriculum, no empty chart
     assert "<td>0</td><td>8</td>" in html and "<td>1</td><td>4</td>" in html
+
+
+def test_report_draws_the_curriculum_mix(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path)
+    rows = [
+        {"step": 1, "train_reward_mean": 0.2, "curriculum/level_1_weight": 1.0, "curriculum/level_1_pass_rate": 0.3},
+        {"step": 2, "train_reward_mean": 0.5, "curriculum/level_1_weight": 0.2, "curriculum/level_2_weight": 0.8,
+         "curriculum/level_1_pass_rate": 0.8, "curriculum/level_2_pass_rate": 0.1},
+    ]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(run_dir)
+    for series in ("curriculum/level_1_weight", "curriculum/level_2_weight", "curriculum/level_2_pass_rate"):
+        assert f'data-series="{series}"' in html
 
 
 def _chromium(args: list[str], url: str) -> subprocess.CompletedProcess[str]:

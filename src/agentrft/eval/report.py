@@ -49,6 +49,9 @@ _PAIRWISE_KEY = re.compile(r"^(rewards/(accuracy|margin)|rm/(heldout_)?(accuracy
 _ASYNC_KEY = re.compile(r"^async/(trainer_utilisation|producer_utilisation|queue_groups|staleness/(mean|max))$")
 _SYNC_KEY = re.compile(r"^time/(sync_s|publish_s|wait_s)$")
 _IS_KEY = re.compile(r"^is/(weight_mean|weight_max|truncated_frac|masked_frac)$")
+# the curriculum's mix (train/curriculum.py): draw weight and rolling pass rate per level
+_MIX_KEY = re.compile(r"^curriculum/level_\d+_weight$")
+_LEVEL_PASS_KEY = re.compile(r"^curriculum/level_\d+_pass_rate$")
 _MAX_CHARS = 20_000
 
 
@@ -349,6 +352,8 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         for title, curves in (
             ("Loss over training steps", _curves(steps, _LOSS_KEY)),
             ("Pairwise accuracy and margin over training steps", _curves(steps, _PAIRWISE_KEY)),
+            ("Curriculum: share of draws per level", _curves(steps, _MIX_KEY)),
+            ("Curriculum: rolling pass rate per level", _curves(steps, _LEVEL_PASS_KEY)),
             ("Asynchronous rollouts: utilisation, queued groups, staleness", _curves(steps, _ASYNC_KEY)),
             ("Trainer waiting for groups and weight sync (s)", _curves(steps, _SYNC_KEY)),
             ("Off-policy correction: behaviour importance weights", _curves(steps, _IS_KEY)),
