@@ -135,8 +135,10 @@ def test_the_report_shows_train_vs_valid_per_grader_and_before_after(finished: t
     assert '"run": "baseline"' in html and "-eval-v1" in html  # trajectories of every eval
 
 
-def test_list_get_events_and_what_a_finished_job_refuses(finished: tuple[Path, Job]) -> None:
+def test_list_get_events_and_what_a_finished_job_refuses(finished: tuple[Path, Job], tmp_path: Path) -> None:
     jobs_dir, job = finished
+    report = cli.invoke(app, ["rft", "report", job.id, "--jobs-dir", str(jobs_dir), "--out", str(tmp_path / "r.html")])
+    assert report.exit_code == 0 and "Reward per grader" in (tmp_path / "r.html").read_text()
     listed = cli.invoke(app, ["rft", "list", "--jobs-dir", str(jobs_dir)])
     assert listed.exit_code == 0 and job.id in listed.stdout and "succeeded" in listed.stdout
     got = json.loads(cli.invoke(app, ["rft", "get", job.id[:12], "--jobs-dir", str(jobs_dir)]).stdout)
@@ -278,3 +280,27 @@ def test_a_job_killed_with_kill_9_resumes_from_its_checkpoint(tmp_path: Path) ->
     after = read_metrics(job.run_dir)
     assert [r["step"] for r in after] == [1, 2, 3, 4, 5, 6] and after[:2] == before
     assert (job.run_dir / "policy" / "config.json").is_file()
+
+
+def test_a_job_with_tool_endpoints_wires_them_into_its_environment(tmp_path: Path) -> None:
+    """No model needed: the saved config's environment calls the endpoint (here a closed port: a tool error)."""
+    import asyncio
+
+    from agentrft.envs.registry import make_env
+    from agentrft.train.config import load_config
+
+    path = _job_file(tmp_path)
+    body = json.loads(path.read_text())
+    body["agentrft"] = {"tool_endpoints": {"get_rate": {"url": "http://127.0.0.1:9/rate", "timeout_s": 2}}}
+    path.write_text(json.dumps(body))
+    spec = load_job_spec(path)
+    report = validate_job(spec, "job.json")
+    assert report.ok and report.tools_implemented == ["get_rate"]
+    job = create_job(JobStore(tmp_path / "jobs"), spec, report)
+    assert json.loads((job.run_dir / "tool_endpoints.json").read_text())["get_rate"]["timeout_s"] == 2
+    env = make_env(load_config(job.run_dir / "config.yaml").rollout.env)
+    assert env.implemented_tools() == ["get_rate"]  # type: ignore[attr-defined]
+    episode = env.start(env.tasks("valid")[0])
+    result = asyncio.run(episode.call_tool("get_rate", {"base": "CHF", "quote": "EUR"}))
+    assert result.error_kind == "unreachable"
+    assert job.status == "validating" and job.agentrft.total_steps == 2
