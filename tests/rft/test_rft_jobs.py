@@ -304,3 +304,22 @@ def test_a_job_with_tool_endpoints_wires_them_into_its_environment(tmp_path: Pat
     result = asyncio.run(episode.call_tool("get_rate", {"base": "CHF", "quote": "EUR"}))
     assert result.error_kind == "unreachable"
     assert job.status == "validating" and job.agentrft.total_steps == 2
+
+
+def test_detach_runs_the_job_in_a_background_worker(tmp_path: Path) -> None:
+    path = _job_file(tmp_path)
+    jobs_dir = tmp_path / "jobs"
+    started = cli.invoke(app, ["rft", "create", "--job", str(path), "--jobs-dir", str(jobs_dir), "--detach", "--json"])
+    assert started.exit_code == 0, started.output
+    data = json.loads(started.stdout)
+    assert data["status"] == "validating"  # returned at once; the worker takes it from here
+    jobs = JobStore(jobs_dir)
+    deadline = time.time() + 300
+    while jobs.get(data["id"]).status not in ("succeeded", "failed", "cancelled"):
+        assert time.time() < deadline, "the detached job did not finish"
+        time.sleep(0.2)
+    job = jobs.get(data["id"])
+    assert job.status == "succeeded" and job.agentrft.pid == data["worker_pid"]
+    followed = cli.invoke(app, ["rft", "events", job.id, "--jobs-dir", str(jobs_dir), "--follow"])
+    assert followed.exit_code == 0 and "The job has successfully completed" in followed.stdout
+    assert "status       succeeded" in (job.run_dir / "worker.log").read_text()  # the worker's own summary
