@@ -278,10 +278,10 @@ def worker_cmd(
     jobs_dir: Path = typer.Option(DEFAULT_JOBS_DIR, "--jobs-dir"),
     resume: bool = typer.Option(False, "--resume"),
 ) -> None:
-    """The body of a detached job (``create --detach``, ``resume --detach``)."""
+    """The body of a detached job (``create --detach``, ``resume --detach``); one line per step in worker.log."""
     from agentrft.rft.runner import run_job
 
-    _summary(run_job(_jobs(jobs_dir), job_id, resume=resume))
+    _summary(run_job(_jobs(jobs_dir), job_id, resume=resume, progress=True))
 
 
 def register(app: typer.Typer) -> None:
