@@ -20,6 +20,7 @@ LIGHT_PACKAGES = (
     "agentrft.envs",
     "agentrft.graders",
     "agentrft.rollout",
+    "agentrft.rft",  # a job is validated before anything loads; its runner imports the trainer on first use
 )
 
 PROBE = r"""

@@ -38,7 +38,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         return env
 
     monkeypatch.setattr(reg, "make_env", make_env)
-    monkeypatch.setattr(pol, "load_policy", lambda name: FakeSampler(answers[name]))
+    monkeypatch.setattr(pol, "load_policy", lambda name, **kw: FakeSampler(answers[name]))
     return {"env": env}
 
 

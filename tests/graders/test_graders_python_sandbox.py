@@ -50,11 +50,24 @@ def test_non_float_is_runtime_error(ret: str) -> None:
     assert grade.reward == 0.0 and grade.error_flags == ["python_grader_runtime_error"]
 
 
-def test_exception_and_missing_function() -> None:
+def test_exception_is_runtime_error() -> None:
     assert load_grader(py("def grade(s, i):\n    return 1 / 0\n")).grade("x", {}).error_flags == [
         "python_grader_runtime_error"
     ]
-    assert load_grader(py("x = 1\n")).grade("x", {}).error_flags == ["python_grader_runtime_error"]
+
+
+def test_a_source_without_grade_is_refused_at_load() -> None:
+    """It could only fail every call: refused before anything runs (and before a training job loads a model)."""
+    for src in ("x = 1\n", "def grad(sample, item):\n    return 1.0\n", "def f():\n    return 1\n"):
+        with pytest.raises(GraderSpecError, match="^source: defines no grade\\(sample, item\\) function"):
+            load_grader(py(src))
+    # every way of binding the name counts: a def inside a top-level if, an assignment, an import
+    for src in (
+        "import sys\nif sys:\n    def grade(s, i):\n        return 1.0\n",
+        "grade = lambda s, i: 1.0\n",
+        "from math import floor as grade\n",
+    ):
+        load_grader(py(src))
 
 
 def test_syntax_error_and_source_choice_at_load() -> None:

@@ -49,6 +49,7 @@ _COMMAND_MODULES: list[str] = [
     "finqa",
     "grade",
     "report",
+    "rft",
     "rollout",
     "serve",
     "train",

@@ -2,11 +2,17 @@
 
 Each row: `messages` (the last from the user), optional `tools` (OpenAI
 function schemas); every other key is grading data and goes to `Task.data`.
-Declared tools run only if a Python module implementing them is given
+Declared tools run only if something implements them: a Python module
 (`tools_module`: a .py path or an importable module name, functions named
-like the tools); otherwise a call returns an error ToolResult that says so, so
-an eval still runs and the trajectory shows the attempt. Rows that bring their
-own system/developer message keep it instead of the env's generic prompt.
+like the tools) or an HTTP endpoint per tool (`endpoints`: ``{name: URL or
+{url, timeout_s, headers}}``, or a JSON file of that; see `tools/http_tool.py`);
+otherwise a call returns an error ToolResult that says so, so an eval still
+runs and the trajectory shows the attempt. Rows that bring their own
+system/developer message keep it instead of the env's generic prompt.
+
+Splits: with a validation file (`valid_path`, as an RFT job has) the split
+``valid`` holds its rows and every other split the training file's; without
+one every split is the training file.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError, parse_object, read_json, read_text
 from agentrft.openai_rows import parse_messages, parse_tools
 from agentrft.tools.base import ToolResult
-from agentrft.tools.registry import Tool, Toolbox, error_result
+from agentrft.tools.http_tool import HttpEndpoint, HttpTool, load_endpoints
+from agentrft.tools.registry import CallableTool, Tool, Toolbox, error_result
 from agentrft.types import Message, Task
 
+VALID_SPLIT = "valid"
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Use the provided tools when they help; "
     "when you are done, reply with your final answer and no tool call."
@@ -35,7 +43,8 @@ class JsonlDataError(InputError):
     """A dataset or grader file could not be read; the message names file, line and field."""
 
 
-def _load_module(spec: str) -> Any:
+def load_tools_module(spec: str) -> Any:
+    """A tools module by .py path or importable name; JsonlDataError names it when it cannot load."""
     if spec.endswith(".py"):
         path = Path(spec)
         if not path.is_file():
@@ -102,7 +111,7 @@ def load_jsonl_tasks(path: str | Path) -> list[Task]:
 class _DeclaredOnly(Toolbox):
     """Dispatch to local implementations; declared-but-unimplemented tools answer with an explanation."""
 
-    def __init__(self, implemented: list[Tool], declared: list[str]):
+    def __init__(self, implemented: list[CallableTool], declared: list[str]):
         super().__init__(implemented)
         self.declared = declared
 
@@ -114,7 +123,7 @@ class _DeclaredOnly(Toolbox):
         if name not in self.tools:
             return error_result(
                 f"Error: tool {name!r} is declared by the dataset but not executable locally "
-                "(no Python tool module implements it).",
+                "(no Python tool module or HTTP endpoint implements it).",
                 "unknown_tool",
             )
         return await super().call(name, arguments)
@@ -130,24 +139,49 @@ class JsonlEnv(Environment):
         grader_spec_path: str | Path | None = None,
         *,
         tools_module: str | None = None,
+        endpoints: dict[str, HttpEndpoint] | str | Path | None = None,
+        valid_path: str | Path | None = None,
         limits: EnvLimits | None = None,
     ):
         self.path = Path(path)
         self._tasks = load_jsonl_tasks(self.path)
+        self._valid = load_jsonl_tasks(valid_path) if valid_path is not None else None
         self.limits = limits or EnvLimits()
         self._grader = self._read_grader(grader_spec_path) if grader_spec_path else None
         schemas: dict[str, dict[str, Any]] = {}
-        for t in self._tasks:
+        for t in [*self._tasks, *(self._valid or [])]:
             for s in t.tools or []:
                 schemas.setdefault(s["function"]["name"], s)
         self._schemas = list(schemas.values())
-        self._impl: dict[str, Tool] = {}
+        self._impl: dict[str, CallableTool] = {}
         if tools_module:
-            module = _load_module(tools_module)
+            module = load_tools_module(tools_module)
             for name in schemas:
                 fn = getattr(module, name, None)
                 if callable(fn):
                     self._impl[name] = Tool.from_function(fn, name=name, timeout_s=self.limits.tool_timeout_s)
+        served = self._endpoints(endpoints)
+        for name, endpoint in served.items():
+            if name not in schemas:
+                raise JsonlDataError(f"tool endpoint {name!r}: no row of {self.path} declares a tool of that name")
+            if name in self._impl:
+                raise JsonlDataError(
+                    f"tool {name!r} has both a Python implementation ({tools_module}) and an HTTP endpoint; keep one"
+                )
+            self._impl[name] = HttpTool(schemas[name], endpoint)
+
+    @staticmethod
+    def _endpoints(value: dict[str, HttpEndpoint] | str | Path | None) -> dict[str, HttpEndpoint]:
+        if not isinstance(value, str | Path):
+            return dict(value or {})
+        try:
+            return load_endpoints(value)
+        except InputError as exc:
+            raise JsonlDataError(str(exc)) from None
+
+    def implemented_tools(self) -> list[str]:
+        """The declared tools that run (through the tools module or an endpoint)."""
+        return sorted(self._impl)
 
     @staticmethod
     def _read_grader(path: str | Path) -> dict[str, Any]:
@@ -166,6 +200,8 @@ class JsonlEnv(Environment):
         return list(self._schemas)
 
     def tasks(self, split: str = "train") -> list[Task]:
+        if split == VALID_SPLIT and self._valid is not None:
+            return list(self._valid)
         return list(self._tasks)
 
     def grader_spec(self) -> dict[str, Any]:

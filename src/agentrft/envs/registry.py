@@ -2,7 +2,9 @@
 
 Specs: `finqa-lite` (all levels), `finqa-lite:1` or `finqa-lite:1,2` (levels),
 `finqa:PATH.json` (an official FinQA file), `jsonl:PATH[?grader=G.json]` (an
-OpenAI RFT dataset). Keyword arguments go to the environment's constructor.
+OpenAI RFT dataset; more options: `tools=MODULE` (Python tools), `endpoints=E.json`
+(HTTP tools), `valid=VALID.jsonl` (the `valid` split); option values may be
+URL-quoted). Keyword arguments go to the environment's constructor.
 """
 
 from __future__ import annotations
@@ -43,14 +45,13 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
         if not path:
             raise _unknown(spec, "jsonl needs a path, e.g. jsonl:data/train.jsonl")
         params = parse_qs(query, keep_blank_values=True) if query else {}
-        unknown = sorted(set(params) - {"grader", "tools"})
+        known = {"grader": "grader_spec_path", "tools": "tools_module", "endpoints": "endpoints", "valid": "valid_path"}
+        unknown = sorted(set(params) - set(known))
         if unknown:
-            raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: grader, tools)")
+            raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: {', '.join(known)})")
         from agentrft.envs.jsonl import JsonlEnv
 
-        if "grader" in params:
-            kwargs.setdefault("grader_spec_path", params["grader"][-1])
-        if "tools" in params:
-            kwargs.setdefault("tools_module", params["tools"][-1])
+        for option, values in params.items():
+            kwargs.setdefault(known[option], values[-1])
         return JsonlEnv(path, **kwargs)
     raise _unknown(spec)

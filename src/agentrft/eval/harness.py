@@ -132,6 +132,10 @@ class EvalResult(_Model):
     cost: CostStats
     failures: dict[str, int] = Field(default_factory=dict)
     grader_errors: dict[str, int] = Field(default_factory=dict)
+    sub_reward_mean: dict[str, float] = Field(
+        default_factory=dict,
+        description="each named (sub-)grader's mean reward over the episodes it graded without an error",
+    )
     status_counts: dict[str, int] = Field(default_factory=dict)
     per_task: list[TaskResult] = Field(default_factory=list)
 
@@ -243,6 +247,15 @@ def _grader_errors(trajs: Iterable[Trajectory]) -> dict[str, int]:
     return dict(sorted(Counter(f"{e.grader}:{e.flag}" for e in errs).items()))
 
 
+def _sub_reward_means(trajs: Iterable[Trajectory]) -> dict[str, float]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        for name, v in (t.grade.sub_rewards if t.grade is not None else {}).items():
+            if v is not None:
+                values[name].append(float(v))
+    return {name: sum(vs) / len(vs) for name, vs in sorted(values.items())}
+
+
 def summarize(
     trajectories: Sequence[Trajectory],
     tasks: Sequence[Task] | Mapping[str, Task] | None = None,
@@ -307,6 +320,7 @@ def summarize(
         cost=_cost(trajectories, successes, prices),
         failures={c: failures[c] for c in FAILURE_CATEGORIES},
         grader_errors=_grader_errors(trajectories),
+        sub_reward_mean=_sub_reward_means(trajectories),
         status_counts=dict(sorted(Counter(t.status for t in trajectories).items())),
         per_task=per_task,
     )

@@ -6,13 +6,15 @@ RUN_DIR layout::
     RUN_DIR/metrics.jsonl    optional step metrics, one JSON object per line with a "step" key;
                              when present it is used instead of the store's step metrics
 
-The report holds: reward and pass@k curves over training steps (and, for the
+The report holds: reward and pass@k curves over training steps, per grader too
+(``train_reward/<grader>``, ``valid_reward/<grader>``: each sub-grader of a ``multi``), and, for the
 methods that learn from recorded trajectories, the loss and the pairwise
 accuracy/margin curves of DPO and the reward model; for asynchronous GRPO,
 utilisation, queue depth, staleness, sync time and importance weights), a before/after
 table (eval runs named "baseline" and "final", else the first and last eval run)
 with the paired test, per-level bars, tool-use statistics, failure categories
-and a trajectory browser. Charts are inline SVG drawn here; the browser is
+and a trajectory browser (the before/after runs' trajectories, and the first
+`SAMPLES_PER_EVAL` of every other eval run, e.g. each periodic eval of a training run). Charts are inline SVG drawn here; the browser is
 vanilla JS over trajectories embedded as JSON. Nothing is fetched from the
 network (a Content-Security-Policy forbids it) and all text is escaped: in
 Python with `html.escape`, in the page with `textContent` only, and the embedded
@@ -40,6 +42,7 @@ from agentrft.types import Run, Trajectory
 DB_NAME = RUN_STORE_NAME
 METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
+_GRADER_KEY = re.compile(r"^(train|valid|eval)_reward/.+$")  # one curve per (sub-)grader
 # success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them
 _PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_hat_)\d+)$")
 # the loss every method logs; DPO's and the reward model's pairwise curves (train and held out)
@@ -53,6 +56,7 @@ _IS_KEY = re.compile(r"^is/(weight_mean|weight_max|truncated_frac|masked_frac)$"
 _MIX_KEY = re.compile(r"^curriculum/level_\d+_weight$")
 _LEVEL_PASS_KEY = re.compile(r"^curriculum/level_\d+_pass_rate$")
 _MAX_CHARS = 20_000
+SAMPLES_PER_EVAL = 8
 
 
 def read_metrics_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -336,6 +340,11 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
             results.append((run.name or run.id, res))
             task_data = run.metadata.get("task_data") or {}
             browse += [(t, run.name or run.id, task_data.get(t.task_id)) for t in trajs]
+        for run in evals:  # a few episodes of every other eval (periodic evals during training)
+            if run not in chosen:
+                task_data = run.metadata.get("task_data") or {}
+                sampled = store.query_trajectories(run_id=run.id, limit=SAMPLES_PER_EVAL)
+                browse += [(t, run.name or run.id, task_data.get(t.task_id)) for t in sampled]
         if not chosen:  # no eval run: browse whatever the store holds (e.g. training rollouts)
             names = {r.id: r.name or r.id for r in runs}
             browse = [
@@ -345,7 +354,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     finally:
         store.close()
 
-    rewards, passes = _curves(steps, _REWARD_KEY), _curves(steps, _PASS_KEY)
+    rewards, passes, per_grader = _curves(steps, _REWARD_KEY), _curves(steps, _PASS_KEY), _curves(steps, _GRADER_KEY)
     # SFT, DPO and the reward model log no rewards: their loss and pairwise curves take the reward curves' place
     method_charts = "".join(
         line_chart(title, curves)
@@ -364,6 +373,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     if rewards or passes or not method_charts:
         charts = (
             line_chart("Reward over training steps", rewards)
+            + (line_chart("Reward per grader over training steps", per_grader) if per_grader else "")
             + line_chart("Success (pass@1) and pass@k over training steps", passes, y_range=(0.0, 1.0))
             + method_charts
         )

@@ -10,6 +10,10 @@ editing files later — by the grader itself or by a policy's tool — cannot
 change what runs. Only the returned value counts; stdout is kept for
 diagnostics and never parsed.
 
+A source in which nothing binds the name `grade` (no `def`, assignment or
+import) is refused at load time (`GraderSpecError` on `source`),
+before any model loads: it could only ever fail every call.
+
 Isolation: `sandbox: auto` (default) uses bubblewrap, else util-linux
 `unshare`; if neither works here the spec is refused at load time
 (`GraderSpecError` on `sandbox`, naming the fix). `sandbox: "none"` runs the
@@ -27,7 +31,7 @@ Flags (reward 0 with the flag):
 - `python_grader_runtime_error`: the code raised (including MemoryError past the
   memory limit, OSError writing outside /tmp), or returned a
   non-number (bool, str), a non-finite number, a number outside the declared
-  range (1e308, 10**400, 1.5 by default), or there is no `grade` function.
+  range (1e308, 10**400, 1.5 by default).
 - `unresponsive_reward_error`: wall-clock timeout or CPU limit (the sandbox is killed).
 - `python_grader_server_error`: the sandbox itself failed (could not be set
   up, died by a signal without a result, or a corrupt result channel).
@@ -35,6 +39,7 @@ Flags (reward 0 with the flag):
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import math
 from pathlib import Path
@@ -56,6 +61,24 @@ _FLAGS = {
     "start_failed": "python_grader_server_error",
     "unavailable": "python_grader_server_error",
 }
+
+
+ENTRYPOINT = "grade"
+
+
+def bound_names(source: str) -> set[str]:
+    """Names the module may bind when it runs: its definitions, assignments and imports, also inside
+    top-level if/try/with blocks. Generous on purpose (a name bound only inside a function counts too):
+    it refuses a source only when no statement anywhere could bind the name."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
 
 
 class PythonSpec(SpecBase):
@@ -87,6 +110,11 @@ class PythonGrader(Grader):
             compile(source, "<python grader>", "exec")
         except SyntaxError as e:
             raise GraderSpecError(f"{pre}source", f"Python syntax error at line {e.lineno}: {e.msg}") from None
+        if ENTRYPOINT not in bound_names(source):
+            raise GraderSpecError(
+                f"{pre}source",
+                f"defines no {ENTRYPOINT}(sample, item) function (no def, assignment or import binds it; every call would fail)",
+            )
         self.source = source
         self.spec = spec
         self.last_isolation: dict[str, Any] = {}
@@ -124,7 +152,7 @@ class PythonGrader(Grader):
         return run_sandboxed(
             self.source,
             {"sample": sample.to_dict(), "item": item},
-            entrypoint="grade",
+            entrypoint=ENTRYPOINT,
             timeout_s=s.timeout_s,
             memory_bytes=s.memory_bytes,
             file_size_bytes=s.file_size_bytes,

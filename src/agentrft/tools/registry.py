@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -180,11 +180,22 @@ class Tool:
         return ToolResult(content=text, truncated=truncated, latency_s=time.perf_counter() - start)
 
 
+class CallableTool(Protocol):
+    """What a Toolbox dispatches to: a Python `Tool`, or a tool served elsewhere (`http_tool.HttpTool`)."""
+
+    name: str
+    schema: dict[str, Any]
+
+    async def call(self, arguments: dict[str, Any] | str | None) -> ToolResult:
+        """Run one call; never raises (failures are error ToolResults)."""
+        ...
+
+
 class Toolbox:
     """A named set of tools with one dispatch point (unknown names become an `unknown_tool` error)."""
 
-    def __init__(self, tools: Iterable[Tool]):
-        self.tools: dict[str, Tool] = {}
+    def __init__(self, tools: Iterable[CallableTool]):
+        self.tools: dict[str, CallableTool] = {}
         for t in tools:
             if t.name in self.tools:
                 raise ValueError(f"duplicate tool name {t.name!r}")

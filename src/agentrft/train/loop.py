@@ -43,7 +43,7 @@ from agentrft.train.pipeline import (
     resume_plan,
     step_metrics,
 )
-from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
+from agentrft.train.session import Session, StepFn, StepHook, check_run_dir, seed_everything
 from agentrft.train.stages import advantage_stage, collect_stage, pack_stage, train_runner
 from agentrft.train.update import policy_update
 from agentrft.types import Trajectory
@@ -132,9 +132,11 @@ def train(
     stop_after: int | None = None,
     progress: bool = False,
     allow_config_change: bool = False,
+    on_step: StepHook | None = None,
 ) -> TrainResult:
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
-    would). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
+    would; ``on_step(step, metrics)``: called after each logged step, True stops there with a checkpoint,
+    GRPO, SFT and rejection sampling only). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
     ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`).
     ``cfg.method`` picks the method: DPO and the reward model run their own step functions (train/dpo.py,
     train/reward_model.py); GRPO, SFT and rejection sampling are dispatched below. A method that learns
@@ -216,7 +218,7 @@ def train(
             step_fn = _async_grpo_step(cfg, comps, session, ref_model, evaluate, producer)
         else:
             step_fn = _grpo_step(cfg, comps, session, ref_model, evaluate)
-        session.run(step_fn, progress=progress, stop_after=stop_after)
+        session.run(step_fn, progress=progress, stop_after=stop_after, on_step=on_step)
         session.finish(policy.tokenizer)
     finally:
         if producer is not None:

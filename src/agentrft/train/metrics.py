@@ -65,7 +65,8 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str,
 
 
 def eval_metrics(result: EvalResult, prefix: str = "valid") -> dict[str, float]:
-    """Step metrics from an `eval.harness` result: reward, success, pass@k / pass^k, errors, tool use."""
+    """Step metrics from an `eval.harness` result: reward (overall and per grader, ``valid_reward/<grader>``),
+    success, pass@k / pass^k, grader errors (overall and per flag), tool use."""
     out = {
         f"{prefix}_episodes": float(result.n_trajectories),
         f"{prefix}_reward_mean": result.mean_reward,
@@ -77,6 +78,12 @@ def eval_metrics(result: EvalResult, prefix: str = "valid") -> dict[str, float]:
     }
     out.update({f"{prefix}_pass@{k}": v for k, v in result.pass_at_k.items()})
     out.update({f"{prefix}_pass^{k}": v for k, v in result.pass_hat_k.items()})
+    out.update({f"{prefix}_reward/{name}": v for name, v in result.sub_reward_mean.items()})
+    flags: dict[str, int] = {}
+    for key, n in result.grader_errors.items():  # keyed "grader:flag"
+        flag = key.rsplit(":", 1)[-1]
+        flags[flag] = flags.get(flag, 0) + n
+    out.update({f"{prefix}_grader_errors/{flag}": float(n) for flag, n in sorted(flags.items())})
     return out
 
 

@@ -37,6 +37,9 @@ from agentrft.train.resume import CONFIG_NAME, check_resumed_config, close_run, 
 from agentrft.train.update import autocast_dtype, lr_lambda, make_optimizer
 
 StepFn = Callable[[int], dict[str, float]]
+# Called after each logged step with (step, metrics); True stops the run there, after a checkpoint
+# (a job cancelled between steps resumes exactly from it).
+StepHook = Callable[[int, dict[str, float]], bool]
 
 
 def prepare_model(model: Any, pc: PolicyConfig) -> Any:
@@ -145,9 +148,17 @@ class Session:
             saved=resume_from,
         )
 
-    def run(self, step_fn: StepFn, *, progress: bool = False, stop_after: int | None = None) -> None:
+    def run(
+        self,
+        step_fn: StepFn,
+        *,
+        progress: bool = False,
+        stop_after: int | None = None,
+        on_step: StepHook | None = None,
+    ) -> None:
         """Steps until ``cfg.steps`` (or ``stop_after``, as an interruption would): step_fn, then timing and
-        memory metrics, log, checkpoint. step_fn advances ``state`` (cursor, weights version) itself."""
+        memory metrics, log, ``on_step`` (True: stop after this step), checkpoint. step_fn advances ``state``
+        (cursor, weights version) itself."""
         cfg, state = self.cfg, self.state
         with StepProgress(cfg.steps, start=state.step, enabled=progress) as bar:
             while state.step < cfg.steps:
@@ -161,8 +172,9 @@ class Session:
                 self.logger.log(step, metrics)
                 self.history.append({"step": float(step), **metrics})
                 bar.step(step, metrics)
+                stop = on_step(step, metrics) if on_step is not None else False
                 every = cfg.checkpoint.every_steps
-                if (every and step % every == 0) or step == cfg.steps or step == stop_after:
+                if (every and step % every == 0) or step == cfg.steps or step == stop_after or stop:
                     self.saved = save_checkpoint(
                         self.run_dir / "checkpoints",
                         self.model,
@@ -171,7 +183,7 @@ class Session:
                         state,
                         keep_last=cfg.checkpoint.keep_last,
                     )
-                if stop_after is not None and step >= stop_after:
+                if stop or (stop_after is not None and step >= stop_after):
                     break
 
     @property
