@@ -208,3 +208,20 @@ def test_a_served_session_is_recorded_once_when_it_ends() -> None:
     assert traj.run_id == "r" and traj.metadata["session_id"] == "conv" and traj.num_turns == 2
     assert json.loads(traj.to_json())["tokens"]["segment"] is None
     assert c.post("/v1/sessions/conv/end").status_code == 404
+
+
+def test_sessions_still_open_at_shutdown_are_recorded() -> None:
+    class ListStore:
+        def __init__(self) -> None:
+            self.trajs: list[Trajectory] = []
+
+        def add_trajectory(self, traj: Trajectory) -> str:
+            self.trajs.append(traj)
+            return traj.id
+
+    store = ListStore()
+    with TestClient(create_app(FakeSampler(["a", "b"]), store=store), raise_server_exceptions=False) as c:
+        post(c, "left-open", [{"role": "user", "content": "hi"}])
+        c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "no session"}]})
+        assert [t.task_id.startswith("chatcmpl-") for t in store.trajs] == [True]  # outside a session: at once
+    assert [t.metadata.get("session_id") for t in store.trajs] == [None, "left-open"]
