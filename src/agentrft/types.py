@@ -141,6 +141,19 @@ Event = Annotated[ModelCallEvent | ToolCallEvent | ReasoningEvent | FinalAnswerE
 # ---------------------------------------------------------------- tokens
 
 
+SplitReason = Literal["message_dropped", "history_rewritten", "template_rewrote_history", "tools_changed"]
+
+
+class SegmentBreak(_Model):
+    """Why a session's token record starts a new segment: request `request`'s prompt does not extend
+    the tokens the session had (see `rollout/stitch.py`); nothing was re-tokenised to force a match."""
+
+    segment: int = Field(ge=1, description="index of the segment this break starts")
+    request: int = Field(ge=0, description="index of the session request whose prompt started it")
+    reason: SplitReason
+    detail: str = ""
+
+
 class TokenRecord(_Model):
     """Token-in-token-out record of one episode.
 
@@ -151,6 +164,12 @@ class TokenRecord(_Model):
     (prompt tokens before turn k's sampled tokens carry k). `turn_versions[k]` is the
     policy version that sampled assistant turn k (an episode may span weight updates in
     asynchronous training); None when the sampler does not say.
+
+    Segments: an episode played through `agentrft serve` sessions whose client rewrote its
+    history holds several token sequences, each exactly what the sampler consumed and produced.
+    `segment[i]` is token i's sequence (0, 1, ...: contiguous, in order; None: one segment) and
+    `breaks` says why each segment after the first began. Each segment trains as a sequence of
+    its own; all share the episode's reward.
     """
 
     ids: list[int]
@@ -158,6 +177,8 @@ class TokenRecord(_Model):
     logprobs: list[float]
     turn: list[int]
     turn_versions: list[int] | None = None
+    segment: list[int] | None = None
+    breaks: list[SegmentBreak] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _same_lengths(self) -> TokenRecord:
@@ -167,11 +188,39 @@ class TokenRecord(_Model):
                 raise ValueError(f"tokens.{field} has length {len(getattr(self, field))}, ids has {n}")
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("tokens.loss_mask must hold only 0 and 1")
+        if self.segment is not None:
+            if len(self.segment) != n:
+                raise ValueError(f"tokens.segment has length {len(self.segment)}, ids has {n}")
+            prev = 0
+            for s in self.segment:
+                if s not in (prev, prev + 1):
+                    raise ValueError("tokens.segment must start at 0 and count up by one, segment after segment")
+                prev = s
+            if n and self.segment[0] != 0:
+                raise ValueError("tokens.segment must start at 0")
+        if [b.segment for b in self.breaks] != list(range(1, self.num_segments)):
+            raise ValueError(f"tokens.breaks must name segments 1..{self.num_segments - 1}, one break each")
         return self
 
     @property
     def num_sampled(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def num_segments(self) -> int:
+        return (self.segment[-1] + 1) if self.segment else 1
+
+    def segment_spans(self) -> list[tuple[int, int]]:
+        """[start, end) of each segment in the flat lists."""
+        if not self.segment:
+            return [(0, len(self.ids))]
+        spans: list[tuple[int, int]] = []
+        start = 0
+        for i in range(1, len(self.segment) + 1):
+            if i == len(self.segment) or self.segment[i] != self.segment[i - 1]:
+                spans.append((start, i))
+                start = i
+        return spans
 
 
 # ---------------------------------------------------------------- grade

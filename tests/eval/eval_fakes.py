@@ -218,7 +218,9 @@ def install_fake_runner(monkeypatch: Any) -> None:
             params: Any,
             tool_format: str = "xml",
             progress: bool = True,
+            player: Any = None,
         ) -> None:
+            assert player is None  # these fakes play the built-in loop's episodes
             self.env, self.sampler, self.store = env, sampler, store
             self.params = params or SamplingParams()
 

@@ -108,8 +108,9 @@ def test_api_key() -> None:
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
         ({"messages": USER, "temperature": "hot"}, "temperature"),
         ({"messages": USER, "max_tokens": 0}, "max_tokens"),
-        ({"messages": USER, "n": 2}, "n"),
-        ({"messages": USER, "stream": True}, "stream"),
+        ({"messages": USER, "n": 0}, "n"),
+        ({"messages": USER, "n": 9}, "n"),
+        ({"messages": USER, "stream": [True]}, "stream"),
         ({"messages": USER, "tools": "calculate"}, "tools"),
     ],
 )

@@ -46,3 +46,37 @@ def test_micro_batches_cover_all(rng):
     mbs = micro_batches(seqs, max_tokens=40)
     assert sorted(i for mb in mbs for i in mb.seq_index) == list(range(7))
     assert sum(mb.num_loss_tokens for mb in mbs) == sum(s.num_loss_tokens for s in seqs)
+
+
+def test_a_stitched_session_packs_one_sequence_per_segment_with_the_episodes_advantage():
+    from agentrft.train.packing import to_sequences
+    from agentrft.types import SegmentBreak, TokenRecord, Trajectory
+
+    # segment 0: prompt 3, sampled 2; segment 1: prompt 4, sampled 1, template close 1 (mask 0)
+    tok = TokenRecord(
+        ids=[1, 2, 3, 10, 11, 1, 2, 4, 5, 12, 6],
+        loss_mask=[0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0],
+        logprobs=[0, 0, 0, -0.5, -0.25, 0, 0, 0, 0, -1.0, 0],
+        turn=[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+        segment=[0] * 5 + [1] * 6,
+        breaks=[SegmentBreak(segment=1, request=1, reason="template_rewrote_history")],
+    )
+    traj = Trajectory(tokens=tok)
+    adv = [0.5 * m for m in tok.loss_mask]
+    first, second = to_sequences(7, traj, adv)
+    assert (first.index, first.input_ids, first.loss_mask) == (7, [1, 2, 3, 10, 11], [0, 0, 0, 1, 1])
+    assert (second.index, second.input_ids, second.sampler_logprobs) == (8, [1, 2, 4, 5, 12, 6], [0, 0, 0, 0, -1.0, 0])
+    assert first.advantages[-1] == second.advantages[4] == 0.5
+    assert sum(s.num_loss_tokens for s in (first, second)) == tok.num_sampled
+    one = Trajectory(tokens=tok.model_copy(update={"segment": None, "breaks": []}))
+    assert [s.input_ids for s in to_sequences(0, one, adv)] == [tok.ids]
+
+
+def test_a_token_record_refuses_inconsistent_segments():
+    from agentrft.types import TokenRecord
+
+    base = {"ids": [1, 2, 3], "loss_mask": [0, 1, 0], "logprobs": [0, -1, 0], "turn": [0, 0, 1]}
+    with pytest.raises(ValueError, match="count up by one"):
+        TokenRecord(**base, segment=[0, 2, 2])
+    with pytest.raises(ValueError, match="breaks must name segments 1..1"):
+        TokenRecord(**base, segment=[0, 0, 1])

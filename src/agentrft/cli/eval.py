@@ -76,6 +76,19 @@ def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
     )
 
 
+def _command_agent(agent: Any, env: Any, sampler: Any, params: Any) -> Any:
+    """The agent program as the episode player, served `sampler` (an in-process policy) within its context."""
+    from agentrft.rollout.agent_command import CommandAgent
+    from agentrft.rollout.serve_request import ServeLimits
+    from agentrft.samplers.base import is_token_sampler
+    from agentrft.samplers.inprocess import InProcessPolicy
+
+    if not is_token_sampler(sampler):
+        raise fail(f"--agent-command needs an in-process --policy (one that returns token ids), not {sampler.policy!r}")
+    context = sampler.max_positions if isinstance(sampler, InProcessPolicy) else None
+    return CommandAgent(agent, env, sampler, params=params, limits=ServeLimits(context_tokens=context))
+
+
 def eval_command(
     env: str | None = typer.Option(None, "--env", help="Environment spec, e.g. finqa-lite:1 or finqa-lite:1,2."),
     policy: str = typer.Option(
@@ -103,6 +116,15 @@ def eval_command(
     compare: tuple[str, str] | None = typer.Option(
         None, "--compare", help="Compare two eval runs: RUN_A RUN_B (ids or names); prints B - A with a paired test."
     ),
+    agent_command: str | None = typer.Option(
+        None,
+        "--agent-command",
+        help="Evaluate an agent program instead of the built-in loop, e.g. 'python my_agent.py': one run per "
+        "episode with the task on stdin and OPENAI_BASE_URL/OPENAI_API_KEY set to a session of an in-process "
+        "server over --policy; its stdout is the final answer.",
+    ),
+    agent_timeout: float = typer.Option(600.0, "--agent-timeout", min=1.0, help="Seconds per agent run."),
+    agent_concurrency: int = typer.Option(8, "--agent-concurrency", min=1, help="Agent runs at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
 ) -> None:
     """Evaluate a policy: pass@k, pass^k, reward CI, tool use, cost per success, failure categories."""
@@ -121,8 +143,23 @@ def eval_command(
         from agentrft.samplers.policies import load_policy
 
         environment = make_env(env)
+        agent = None
+        if agent_command is not None:
+            from pydantic import ValidationError
+
+            from agentrft.rollout.agent_command import AgentCommandConfig
+
+            try:
+                agent = AgentCommandConfig(
+                    command=agent_command, timeout_s=agent_timeout, max_concurrency=agent_concurrency
+                )
+            except ValidationError as exc:
+                raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
+            if (why := agent.missing_program()) is not None:
+                raise fail(f"--agent-command: {why}", 2)
         sampler = load_policy(policy, env=environment)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
+        player = None if agent is None else _command_agent(agent, environment, sampler, params)
         prices = None
         if prompt_price is not None or compute_price is not None:
             prices = Prices(
@@ -144,6 +181,8 @@ def eval_command(
                 prices=prices,
                 env_spec=env,
                 progress=not as_json,
+                player=player,
+                agent_command=agent_command,
             )
         finally:
             store.close()

@@ -51,7 +51,10 @@ def serve(
         help="On SIGTERM/SIGINT, seconds in-flight requests may still finish (and be recorded); the rest get 503.",
     ),
 ) -> None:
-    """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db."""
+    """Serve POST /v1/chat/completions and GET /v1/models; each completion becomes a trajectory in --db.
+
+    Sessions: a client whose base URL is /v1/sessions/ID (or that sends X-Agentrft-Session: ID) plays one
+    episode; POST /v1/sessions/ID/end records it as one trajectory (open sessions are recorded at shutdown)."""
     from agentrft.rollout.formats import FORMAT_NAMES
 
     if api_key is not None and not api_key.strip():

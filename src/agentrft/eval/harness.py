@@ -354,8 +354,13 @@ async def evaluate_async(
     tool_format: str = "xml",
     seed: int = 0,
     progress: bool = True,
+    player: Any = None,
+    agent_command: str | None = None,
 ) -> EvalResult:
     """Play ``samples`` episodes of each selected task, store them and the run, return the summary.
+
+    ``player``: who plays the episodes instead of the in-process agent loop (a
+    `rollout.runner.EpisodePlayer`, e.g. an agent command; ``agent_command`` names it in the run's config).
 
     ``grader`` defaults to the environment's own (``env.grader_spec()``); ``params``
     to the runner's default (temperature 1, the env's per-turn token limit).
@@ -374,7 +379,16 @@ async def evaluate_async(
         grader = load_grader(env.grader_spec())
     if prices is None and isinstance(sampler, TrainablePolicy):  # weights in this process: priced as compute
         prices = Prices(compute_per_hour=LOCAL_COMPUTE_USD_PER_HOUR)
-    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
+    runner = Runner(
+        env,
+        sampler,
+        store=store,
+        grader=grader,
+        params=params,
+        tool_format=tool_format,
+        progress=progress,
+        player=player,
+    )
     params = runner.params
     config = {
         "env": env_spec or env.name,
@@ -385,6 +399,7 @@ async def evaluate_async(
         "params": params.model_dump(),
         "tool_format": tool_format,
         "prices": None if prices is None else prices.model_dump(),
+        **({"agent_command": agent_command} if agent_command else {}),
     }
     # kept so exports and reports can recover grading data without rebuilding the env
     run = Run(

@@ -83,16 +83,19 @@ class Sample:
 
     @classmethod
     def from_trajectory(cls, traj: Trajectory) -> Sample:
+        """The episode's final answer (its `FinalAnswerEvent`; else the last assistant message without tool
+        calls) and the tool calls of its own turns (not those of worked examples in the prompt)."""
         last: Message | None = None
         for m in reversed(traj.messages):
             if m.role == "assistant":
                 last = m
                 break
-        if last is None and not traj.messages:
-            text = traj.final_answer or ""
+        if traj.final_answer is not None:  # e.g. what an agent command printed, which no message holds
+            text = traj.final_answer
         else:
             text = last.text() if last is not None and not last.tool_calls else ""
-        tools = [tc.model_dump() for m in traj.messages if m.role == "assistant" for tc in (m.tool_calls or [])]
+        own = traj.messages[traj.n_prompt_messages :]
+        tools = [tc.model_dump() for m in own if m.role == "assistant" for tc in (m.tool_calls or [])]
         choices = [{"index": 0, "message": last.to_openai()}] if last is not None else []
         return cls(output_text=text, output_tools=tools, choices=choices, trajectory=traj)
 

@@ -11,12 +11,18 @@ Each episode is graded (when a grader is given, through
 soon as it finishes, so a crash loses only the episodes in flight. The list
 returned is in task order, then sample order, whatever the finishing order.
 A runner wall time cancels unfinished episodes and returns the finished ones.
+
+Who plays an episode: the in-process agent loop (`agent.run_episode`), or an `EpisodePlayer`
+such as `agent_command.CommandAgent` (an agent program talking to a served session), which the
+runner keeps `running()` while the episodes play.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +35,16 @@ from agentrft.types import Task, Trajectory, new_id
 
 class TrajectorySink(Protocol):
     def add_trajectory(self, traj: Trajectory) -> str: ...
+
+
+class EpisodePlayer(Protocol):
+    """Plays one episode of a task some other way than the in-process agent loop."""
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """What must run while episodes play (e.g. the server an agent program talks to)."""
+        ...
+
+    async def play(self, task: Task, *, group_id: str, run_id: str, policy_version: int | None) -> Trajectory: ...
 
 
 @dataclass
@@ -89,6 +105,7 @@ class Runner:
         max_concurrency: int = 64,
         progress: bool = True,
         wall_time_s: float | None = None,
+        player: EpisodePlayer | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -98,23 +115,27 @@ class Runner:
         self.max_concurrency = max_concurrency
         self.progress = progress
         self.wall_time_s = wall_time_s
+        self.player = player
         self.stats = RunStats()
 
     async def _episode(
         self, task: Task, group_id: str, run_id: str, policy_version: int | None, gate: asyncio.Semaphore, on_done: Any
     ) -> Trajectory:
         async with gate:
-            traj = await run_episode(
-                self.env,
-                self.sampler,
-                task,
-                params=self.params,
-                tool_format=self.tool_format,
-                run_id=run_id,
-                group_id=group_id,
-                policy_version=policy_version,
-                group_key=group_id,
-            )
+            if self.player is not None:
+                traj = await self.player.play(task, group_id=group_id, run_id=run_id, policy_version=policy_version)
+            else:
+                traj = await run_episode(
+                    self.env,
+                    self.sampler,
+                    task,
+                    params=self.params,
+                    tool_format=self.tool_format,
+                    run_id=run_id,
+                    group_id=group_id,
+                    policy_version=policy_version,
+                    group_key=group_id,
+                )
         if self.grader is not None:
             traj.grade = await agrade_trajectory(self.grader, traj, task.data)
         if self.store is not None:
@@ -135,6 +156,19 @@ class Runner:
         self.stats = RunStats()
         gate = asyncio.Semaphore(self.max_concurrency)
         total = len(tasks) * samples_per_task
+        playing = self.player.running() if self.player is not None else contextlib.nullcontext()
+        async with playing:
+            return await self._run(tasks, samples_per_task, gate, total, run_id, policy_version)
+
+    async def _run(
+        self,
+        tasks: list[Task],
+        samples_per_task: int,
+        gate: asyncio.Semaphore,
+        total: int,
+        run_id: str,
+        policy_version: int | None,
+    ) -> list[Trajectory]:
         with _Progress(self.progress, total, self.stats) as bar:
             jobs: list[asyncio.Task[Trajectory]] = []
             for task in tasks:

@@ -16,7 +16,7 @@ raises `ApiError` (HTTP 4xx, an OpenAI-style one-line message naming the
 5. the messages make sense (a user message has content, a tool message names
    its `tool_call_id`, content parts are text, the JSON text of a tool call's
    arguments nests no deeper than the body may);
-6. `max_tokens` is within the server's `max_tokens_limit`.
+6. `max_tokens` is within the server's `max_tokens_limit`, `n` within `max_n`.
 
 The check against the model's context needs the prompt's length, so it runs in
 `serve.py` after rendering. `ServeLimits` holds every bound.
@@ -24,13 +24,17 @@ The check against the model's context needs the prompt's length, so it runs in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrft.types import Message
+
+if TYPE_CHECKING:  # fastapi is the `serve` extra: only the server itself needs it at run time
+    from fastapi import Request
 
 MiB = 1024 * 1024
 
@@ -51,6 +55,10 @@ class ServeLimits(BaseModel):
         default=None, ge=2, description="the model's positions: prompt + max_tokens must fit; None: not checked here"
     )
     max_json_depth: int = Field(default=32, ge=4, description="deepest nesting of arrays and objects in a body")
+    max_n: int = Field(default=8, ge=1, description="most choices (`n`) one request may ask for")
+    max_session_requests: int = Field(
+        default=256, ge=1, description="most requests one session may make (each is kept until the session ends)"
+    )
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> ServeLimits:
@@ -129,6 +137,12 @@ class ToolChoice(BaseModel):
 StopString = Annotated[str, Field(max_length=256)]
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool | None = None
+
+
 class ChatRequest(BaseModel):
     """The Chat Completions fields this server honours; other OpenAI fields are accepted and ignored.
     Optional fields may be null, as OpenAI clients send them."""
@@ -145,8 +159,9 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: StopString | Annotated[list[StopString], Field(max_length=16)] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63, description="a signed 64-bit integer")
-    n: Literal[1] | None = None
-    stream: Literal[False] | None = None
+    n: int | None = Field(default=None, ge=1, description="choices to sample (at most `ServeLimits.max_n`)")
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
 
     def tool_dicts(self) -> list[dict[str, Any]]:
         """The tools as the client wrote them (what formats and chat templates read); a field sent
@@ -312,4 +327,43 @@ def parse_chat_request(raw: bytes, limits: ServeLimits) -> ChatRequest:
         raise ApiError(400, message, param=param) from None
     _check_messages(req.messages, limits)
     requested_max_tokens(req, limits)
+    if req.n is not None and req.n > limits.max_n:
+        raise ApiError(400, f"n: {req.n} is more than this server allows ({limits.max_n})", param="n")
     return req
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {one_line(str(exc))}"
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or 413 as soon as it is known to exceed `limit` bytes: from Content-Length
+    before reading anything, else (chunked) at the chunk that crosses it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"request body is larger than {limit} bytes (--max-body-bytes)", code="request_too_large")
+
+
+async def until_disconnected(request: Request) -> None:
+    """Return when the client hangs up (the body has been read, so the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.01)  # not expected after the body; keep listening without spinning

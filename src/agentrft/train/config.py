@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 from agentrft.pairs import DEFAULT_MARGIN, DEFAULT_PAIRS_PER_TASK
+from agentrft.rollout.agent_command import AgentCommandConfig
 from agentrft.rollout.formats import FormatName
 from agentrft.train.data import DataConfig
 
@@ -337,6 +338,12 @@ class TrainConfig(_Cfg):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="sft and rejection_sampling")
     rejection_sampling: RejectionSamplingConfig = Field(default_factory=RejectionSamplingConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    agent: AgentCommandConfig | None = Field(
+        default=None,
+        description="an agent program to train and evaluate instead of the built-in agent loop: one run of "
+        "agent.command per episode, talking to a session of an in-process OpenAI-compatible server "
+        "(rollout/agent_command.py); the environment gives the tasks and the grader",
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     async_: AsyncConfig = Field(
         default_factory=AsyncConfig, alias="async", description="asynchronous rollouts with a staleness bound (grpo)"
@@ -566,6 +573,11 @@ def check_references(cfg: TrainConfig, source: str = "config") -> None:
         load_grader(cfg.rollout.grader or env.grader_spec())
     except InputError as exc:
         raise refuse("rollout.grader", str(exc)) from None
+    if cfg.agent is not None:
+        if cfg.method != "grpo":
+            raise refuse("agent", f"agent.command runs episodes for method grpo, not {cfg.method}")
+        if (why := cfg.agent.missing_program()) is not None:
+            raise refuse("agent.command", why)
     if cfg.method in DATA_METHODS:
         _check_data(cfg, env.tool_schemas(), source)
 

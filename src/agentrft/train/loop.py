@@ -44,7 +44,7 @@ from agentrft.train.pipeline import (
     step_metrics,
 )
 from agentrft.train.session import Session, StepFn, StepHook, check_run_dir, seed_everything
-from agentrft.train.stages import advantage_stage, collect_stage, pack_stage, train_runner
+from agentrft.train.stages import advantage_stage, collect_stage, command_agent, pack_stage, train_runner
 from agentrft.train.update import policy_update
 from agentrft.types import Trajectory
 
@@ -86,6 +86,9 @@ def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -
     metrics prefixed ``valid_``."""
     e = cfg.eval
     params = SamplingParams(temperature=e.temperature, max_tokens=cfg.rollout.max_tokens)
+    player = None
+    if cfg.agent is not None:
+        player = command_agent(cfg.agent, comps.env, comps.sampler, params, cfg.rollout.tool_format)
     if comps.store is None:
         raise ValueError("a periodic eval (eval.every_steps > 0) needs a store")
     result = asyncio.run(
@@ -103,6 +106,8 @@ def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -
             tool_format=cfg.rollout.tool_format,
             seed=cfg.seed,
             progress=False,
+            player=player,
+            agent_command=None if cfg.agent is None else cfg.agent.command,
         )
     )
     return eval_metrics(result, "valid")

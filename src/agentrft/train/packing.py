@@ -1,6 +1,7 @@
 """From graded trajectories to training tensors, in length-bucketed micro-batches.
 
-Each trajectory becomes one sequence: its exact token record (never re-tokenised),
+Each trajectory becomes one sequence (one per segment of a stitched session, `to_sequences`):
+its exact token record (never re-tokenised),
 the loss mask, the sampler's log-probs, and a per-token advantage. Micro-batches
 are formed by sorting sequences by length and filling each up to a token budget
 (``rows x longest row <= max_tokens``), so a micro-batch pads only to its own
@@ -79,6 +80,33 @@ def to_sequence(index: int, traj: Trajectory, token_advantages: Sequence[float])
     if mask and mask[0]:
         raise ValueError(f"trajectory {traj.id}: first token is marked sampled; a sequence must start with a prompt")
     return PackedSequence(index, list(tok.ids), mask, list(tok.logprobs), list(token_advantages))
+
+
+def to_sequences(first_index: int, traj: Trajectory, token_advantages: Sequence[float]) -> list[PackedSequence]:
+    """One `PackedSequence` per segment of the trajectory's token record (`TokenRecord.segment`: a session
+    whose client rewrote its history), numbered from ``first_index``; a segment with nothing sampled is left
+    out. Every segment carries the episode's per-token advantages, so all share its reward."""
+    whole = to_sequence(first_index, traj, token_advantages)
+    tok = traj.tokens
+    assert tok is not None
+    if tok.num_segments == 1:
+        return [whole] if whole.num_loss_tokens else []
+    out: list[PackedSequence] = []
+    for start, end in tok.segment_spans():
+        if not any(whole.loss_mask[start:end]):
+            continue
+        if whole.loss_mask[start]:
+            raise ValueError(f"trajectory {traj.id}: segment at token {start} starts with a sampled token")
+        out.append(
+            PackedSequence(
+                first_index + len(out),
+                whole.input_ids[start:end],
+                whole.loss_mask[start:end],
+                whole.sampler_logprobs[start:end],
+                whole.advantages[start:end],
+            )
+        )
+    return out
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:

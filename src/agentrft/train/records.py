@@ -77,6 +77,11 @@ def token_record_problem(traj: Trajectory, vocab_size: int | None = None) -> str
         return None
     if not tok.ids:
         return "its token record is empty"
+    if tok.num_segments > 1:
+        return (
+            f"its token record has {tok.num_segments} segments (a session whose client rewrote its history); "
+            "only one-segment records can be matched to the messages"
+        )
     bad = next((i for i, t in enumerate(tok.ids) if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
     if bad is not None:
         where = f"[0, {vocab_size})" if vocab_size is not None else "the vocabulary"

@@ -66,10 +66,11 @@ def _sequence(
 ) -> tuple[list[int], int]:
     traj = sample.trajectory
     if traj is not None and traj.tokens is not None and use_token_record:
-        mask = traj.tokens.loss_mask
+        start, end = traj.tokens.segment_spans()[-1]  # a stitched session: its last segment holds the end
+        mask = traj.tokens.loss_mask[start:end]
         if not any(mask):
             raise GraderFailure("sample_parse_error", f"trajectory {traj.id}: no sampled token to score")
-        return list(traj.tokens.ids), max(i for i, m in enumerate(mask) if m)
+        return list(traj.tokens.ids[start:end]), max(i for i, m in enumerate(mask) if m)
     if traj is not None:
         try:
             prompt, continuation = split_prompt(traj.messages)

@@ -27,12 +27,14 @@ import torch
 from agentrft.algos import broadcast_turn_advantages, get_advantage_estimator, is_zero_signal, shape_rewards, turn_level
 from agentrft.envs.base import Environment
 from agentrft.graders import Grader, agrade_trajectories
+from agentrft.rollout.agent_command import AgentCommandConfig, CommandAgent
 from agentrft.rollout.runner import Runner
+from agentrft.rollout.serve_request import ServeLimits
 from agentrft.samplers.base import SamplingParams, TokenSampler
 from agentrft.store import Store
 from agentrft.train.config import AlgorithmConfig, TrainConfig
 from agentrft.train.metrics import rollout_metrics
-from agentrft.train.packing import MicroBatch, micro_batches, to_sequence
+from agentrft.train.packing import MicroBatch, PackedSequence, micro_batches, to_sequences
 from agentrft.types import Task, Trajectory
 
 if TYPE_CHECKING:
@@ -61,14 +63,20 @@ def next_tasks(tasks: Sequence[T], cursor: int, n: int, seed: int) -> list[T]:
 def train_runner(cfg: TrainConfig, env: Environment, policy: TokenSampler, store: Store | None) -> Runner:
     """The runner that samples training episodes: the rollout config's distribution and tool format."""
     r = cfg.rollout
-    return Runner(
-        env,
-        policy,
-        store=store,
-        tool_format=r.tool_format,
-        progress=False,
-        params=SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens),
-    )
+    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens)
+    player = None if cfg.agent is None else command_agent(cfg.agent, env, policy, params, r.tool_format)
+    return Runner(env, policy, store=store, tool_format=r.tool_format, progress=False, params=params, player=player)
+
+
+def command_agent(
+    agent: AgentCommandConfig, env: Environment, policy: TokenSampler, params: SamplingParams, tool_format: str
+) -> CommandAgent:
+    """The agent program as the runner's episode player, served the policy within its context."""
+    from agentrft.samplers.inprocess import InProcessPolicy
+
+    context = policy.max_positions if isinstance(policy, InProcessPolicy) else None
+    limits = ServeLimits(context_tokens=context, max_tokens_limit=max(4096, params.max_tokens))
+    return CommandAgent(agent, env, policy, params=params, tool_format=tool_format, limits=limits)
 
 
 def rollout_stage(
@@ -273,11 +281,10 @@ def advantage_stage(
 def pack_stage(
     trajs: list[Trajectory], per_token: list[list[float]], cfg: TrainConfig, pad_id: int
 ) -> list[MicroBatch]:
-    seqs = [
-        to_sequence(i, t, a)
-        for i, (t, a) in enumerate(zip(trajs, per_token, strict=True))
-        if t.tokens is not None and t.tokens.num_sampled > 0
-    ]
+    seqs: list[PackedSequence] = []
+    for t, a in zip(trajs, per_token, strict=True):
+        if t.tokens is not None and t.tokens.num_sampled > 0:
+            seqs += to_sequences(len(seqs), t, a)  # a stitched session's segments: one sequence each
     o = cfg.optimizer
     if o.shared_prefix:
         from agentrft.train.shared_prefix import shared_prefix_micro_batches
