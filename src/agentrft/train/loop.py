@@ -239,7 +239,6 @@ def _grpo_step(
 ) -> StepFn:
     """One GRPO/DAPO step: collect (rollout -> grade -> filter) -> advantages -> pack -> update -> sync -> eval."""
     policy, state, model = comps.sampler, session.state, session.model
-    dist = cfg.sampling_distribution()
     tasks = comps.env.tasks(cfg.rollout.split)
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
@@ -261,23 +260,7 @@ def _grpo_step(
         metrics.update(adv_metrics)
         batches = pack_stage(trajs, per_token, cfg, pad_id)
         t0 = time.perf_counter()
-        with policy.paused():
-            metrics.update(
-                policy_update(
-                    model,
-                    session.optimizer,
-                    session.scheduler,
-                    batches,
-                    cfg.algorithm,
-                    cfg.optimizer,
-                    dist=dist,
-                    precision=session.precision,
-                    ref_model=ref_model,
-                    correction=cfg.off_policy_correction(),
-                )
-            )
-            state.policy_version += 1
-            policy.weights_updated(state.policy_version)  # sync: sample from these weights from now on
+        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model))
         if comps.store is not None:
             comps.store.update_metadata({t.id: {"trained_step": step} for t in trajs})
         model.eval()
@@ -289,6 +272,31 @@ def _grpo_step(
         return metrics
 
     return step_fn
+
+
+def update_and_sync(
+    cfg: TrainConfig, policy: TrainablePolicy, session: Session, batches: list[Any], ref_model: Any
+) -> dict[str, float]:
+    """GRPO's update with the sampler paused, then the sync: the sampler samples the new version from now on."""
+    state = session.state
+    with policy.paused():
+        metrics = policy_update(
+            session.model,
+            session.optimizer,
+            session.scheduler,
+            batches,
+            cfg.algorithm,
+            cfg.optimizer,
+            dist=cfg.sampling_distribution(),
+            precision=session.precision,
+            ref_model=ref_model,
+            correction=cfg.off_policy_correction(),
+        )
+        state.policy_version += 1
+        t_sync = time.perf_counter()
+        policy.weights_updated(state.policy_version)
+        metrics["time/sync_s"] = time.perf_counter() - t_sync
+    return metrics
 
 
 def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, resumed: bool) -> Producer:
@@ -339,7 +347,7 @@ def _async_grpo_step(
     advantages -> pack -> update with off-policy correction -> sync -> publish -> (eval); the producer keeps
     sampling meanwhile, within ``async.max_staleness``."""
     policy, state, model, store = comps.sampler, session.state, session.model, comps.store
-    dist, k, correction = cfg.sampling_distribution(), cfg.async_.max_staleness, cfg.off_policy_correction()
+    k = cfg.async_.max_staleness
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
 
     def step_fn(step: int) -> dict[str, float]:
@@ -352,25 +360,7 @@ def _async_grpo_step(
         metrics.update(adv_metrics)
         batches = pack_stage(trajs, per_token, cfg, pad_id)
         t0 = time.perf_counter()
-        with policy.paused():
-            metrics.update(
-                policy_update(
-                    model,
-                    session.optimizer,
-                    session.scheduler,
-                    batches,
-                    cfg.algorithm,
-                    cfg.optimizer,
-                    dist=dist,
-                    precision=session.precision,
-                    ref_model=ref_model,
-                    correction=correction,
-                )
-            )
-            state.policy_version += 1
-            t_sync = time.perf_counter()
-            policy.weights_updated(state.policy_version)
-            metrics["time/sync_s"] = time.perf_counter() - t_sync
+        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model))
         t_pub = time.perf_counter()
         producer.publish(state.policy_version)  # Ray: the trainable tensors to every worker
         metrics["time/publish_s"] = time.perf_counter() - t_pub
