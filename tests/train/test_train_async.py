@@ -76,7 +76,8 @@ def test_a_synchronous_run_marks_every_trajectory_too(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_the_staleness_bound_holds_for_every_trained_trajectory(tmp_path: Path, k: int) -> None:
-    res = _run(tmp_path, steps=5, **{**QUICK, "async.max_staleness": k})
+    # as many groups in flight as the bound allows, so the producer can run ahead as far as k
+    res = _run(tmp_path, steps=5, **{**QUICK, "async.max_staleness": k, "async.max_inflight_groups": 2 * (k + 1)})
     staleness = _check_ledger(tmp_path, k, 5)
     assert max(staleness) == k  # the producer ran ahead as far as the bound lets it
     last = res.history[-1]
@@ -88,8 +89,14 @@ def test_the_staleness_bound_holds_for_every_trained_trajectory(tmp_path: Path, 
     assert any("unused" in (t.metadata.get("dropped") or "") for t in _trajectories(tmp_path))
 
 
+def test_groups_in_flight_are_capped_at_one_step_by_default(tmp_path: Path) -> None:
+    res = _run(tmp_path, steps=4, **{**QUICK, "async.max_staleness": 2})
+    _check_ledger(tmp_path, 2, 4)
+    assert all(h["async/inflight_groups"] <= 2 for h in res.history)  # tasks_per_step
+
+
 def test_a_stopped_run_resumes_losing_nothing_and_training_nothing_twice(tmp_path: Path) -> None:
-    over = {**QUICK, "async.max_staleness": 2, "steps": 5}
+    over = {**QUICK, "async.max_staleness": 2, "async.max_inflight_groups": 6, "steps": 5}
     _run(tmp_path, stop_after=2, **over)
     before = {t.id for t in _trajectories(tmp_path)}
     _run(tmp_path, resume=True, **over)

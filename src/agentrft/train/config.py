@@ -151,6 +151,12 @@ class AsyncConfig(_Cfg):
         description="k: no trajectory sampled by weights of version v is used in the update that starts from "
         "version n when n - v > k (producers wait instead); 0 = the synchronous loop",
     )
+    max_inflight_groups: int | None = Field(
+        default=None,
+        ge=1,
+        description="groups being played at once (finished ones may still queue up to the staleness bound); "
+        "None: rollout.tasks_per_step, the synchronous loop's batch (more oversubscribes an in-process sampler)",
+    )
 
 
 class RayConfig(_Cfg):
