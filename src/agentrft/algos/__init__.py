@@ -15,10 +15,10 @@ from agentrft.algos.advantages import (
     rloo,
     turn_level,
 )
-from agentrft.algos.aggregation import aggregate, constant, seq_mean_token_mean, token_mean
+from agentrft.algos.aggregation import aggregate, constant, masked_mean, seq_mean_token_mean, token_mean
 from agentrft.algos.dpo import PREFERENCE_LOSSES, preference_loss
 from agentrft.algos.dynamic_sampling import filter_groups, is_zero_signal
-from agentrft.algos.losses import clipped_pg_loss, k3_kl, masked_mean
+from agentrft.algos.losses import clipped_pg_loss, k3_kl
 from agentrft.algos.offpolicy import CORRECTIONS, behaviour_weights, decoupled_ppo_loss, staleness_histogram
 from agentrft.algos.sft import nll_loss
 from agentrft.algos.shaping import overlong_penalty, shape_rewards

@@ -26,6 +26,12 @@ from torch import Tensor
 AggregationMode = Literal["token_mean", "seq_mean_token_mean", "constant"]
 
 
+def masked_mean(values: Tensor, loss_mask: Tensor) -> Tensor:
+    """Mean of ``values`` over tokens kept by ``loss_mask`` (0 when the mask is empty): a metric's reduction."""
+    m = loss_mask.to(values.dtype)
+    return (values * m).sum() / m.sum().clamp(min=1.0)
+
+
 def token_mean(per_token_loss: Tensor, loss_mask: Tensor, *, global_num_tokens: float) -> Tensor:
     """``sum(loss * mask) / global_num_tokens`` (loss-mask tokens of the whole step)."""
     if global_num_tokens <= 0:

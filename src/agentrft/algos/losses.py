@@ -24,15 +24,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from agentrft.algos.aggregation import masked_mean
 from agentrft.algos.offpolicy import Correction, decoupled_ppo_loss
 
 Metrics = dict[str, Tensor]
-
-
-def masked_mean(values: Tensor, loss_mask: Tensor) -> Tensor:
-    """Mean of ``values`` over tokens kept by ``loss_mask`` (0 when the mask is empty)."""
-    m = loss_mask.to(values.dtype)
-    return (values * m).sum() / m.sum().clamp(min=1.0)
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
@@ -87,20 +82,12 @@ def clipped_pg_loss(
         low=is_low,
         high=is_high,
     )
-    if correction == "none":
-        metrics = {k: v for k, v in metrics.items() if not k.startswith("is/")}
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
         kl = k3_kl(logprobs, ref_logprobs)
         per_token = per_token + kl_coef * kl * loss_mask.to(logprobs.dtype)
         metrics["kl"] = masked_mean(kl, loss_mask).detach()
-    with torch.no_grad():
-        ratio = torch.exp(logprobs - old_logprobs)
-        low = (ratio < 1.0 - eps_low) & (advantages < 0)
-        high = (ratio > 1.0 + eps_high) & (advantages > 0)
-        metrics["clip_frac_low"] = masked_mean(low.to(logprobs.dtype), loss_mask)
-        metrics["clip_frac_high"] = masked_mean(high.to(logprobs.dtype), loss_mask)
-        if entropy is not None:
-            metrics["entropy"] = masked_mean(entropy.detach(), loss_mask)
+    if entropy is not None:
+        metrics["entropy"] = masked_mean(entropy.detach(), loss_mask)
     return per_token, metrics

@@ -38,6 +38,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from agentrft.algos.aggregation import masked_mean
+
 Correction = Literal["none", "tis", "mis"]
 CORRECTIONS: tuple[Correction, ...] = ("none", "tis", "mis")
 
@@ -71,16 +73,15 @@ def behaviour_weights(
             "is/weight_mean": kept.mean() if kept.numel() else raw.new_tensor(1.0),
             "is/weight_max": kept.max() if kept.numel() else raw.new_tensor(1.0),
         }
-        n = max(int(mask.sum()), 1)
         if correction == "none":
             weights = torch.ones_like(raw)
         elif correction == "tis":
             weights = raw.clamp(max=cap)
-            metrics["is/truncated_frac"] = ((raw > cap) & mask).sum().to(raw.dtype) / n
+            metrics["is/truncated_frac"] = masked_mean((raw > cap).to(raw.dtype), loss_mask)
         else:
             inside = (raw >= low) & (raw <= high)
             weights = torch.where(inside, raw, torch.zeros_like(raw))
-            metrics["is/masked_frac"] = (~inside & mask).sum().to(raw.dtype) / n
+            metrics["is/masked_frac"] = masked_mean((~inside).to(raw.dtype), loss_mask)
     return weights, metrics
 
 
@@ -99,22 +100,27 @@ def decoupled_ppo_loss(
     high: float = 2.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token loss (B, T) of the decoupled PPO objective (module docstring) and its metrics
-    (the `behaviour_weights` metrics plus ``clip_frac`` and ``ratio_mean``). Tokens outside
-    ``loss_mask`` have loss 0."""
+    (the `behaviour_weights` metrics unless ``correction`` is none, ``clip_frac`` and its ``_low`` /
+    ``_high`` parts, ``ratio_mean``). Tokens outside ``loss_mask`` have loss 0."""
     if not (eps_low >= 0 and eps_high >= 0):
         raise ValueError(f"eps_low and eps_high must be >= 0, got {eps_low}, {eps_high}")
-    weights, metrics = behaviour_weights(
-        proximal_logprobs, behaviour_logprobs, loss_mask, correction=correction, cap=cap, low=low, high=high
-    )
+    weights: Tensor | float = 1.0
+    metrics: dict[str, Tensor] = {}
+    if correction != "none":  # none: no weights to compute on the loss path
+        weights, metrics = behaviour_weights(
+            proximal_logprobs, behaviour_logprobs, loss_mask, correction=correction, cap=cap, low=low, high=high
+        )
     ratio = torch.exp(logprobs - proximal_logprobs)
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages)
     per_token = -weights * surrogate * loss_mask.to(logprobs.dtype)
     with torch.no_grad():
-        mask = loss_mask.bool()
-        clipped = ((ratio < 1.0 - eps_low) & (advantages < 0)) | ((ratio > 1.0 + eps_high) & (advantages > 0))
-        n = max(int(mask.sum()), 1)
-        metrics["clip_frac"] = (clipped & mask).sum().to(logprobs.dtype) / n
-        metrics["ratio_mean"] = (ratio * mask).sum() / n
+        # the clipped branch is the active one (no gradient) exactly when it is strictly smaller
+        low_clip = ((ratio < 1.0 - eps_low) & (advantages < 0)).to(logprobs.dtype)
+        high_clip = ((ratio > 1.0 + eps_high) & (advantages > 0)).to(logprobs.dtype)
+        metrics["clip_frac"] = masked_mean(low_clip + high_clip, loss_mask)
+        metrics["clip_frac_low"] = masked_mean(low_clip, loss_mask)
+        metrics["clip_frac_high"] = masked_mean(high_clip, loss_mask)
+        metrics["ratio_mean"] = masked_mean(ratio, loss_mask)
     return per_token, metrics
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from agentrft.algos.losses import masked_mean
+from agentrft.algos.aggregation import masked_mean
 
 
 def nll_loss(logprobs: Tensor, loss_mask: Tensor) -> tuple[Tensor, dict[str, float]]:
