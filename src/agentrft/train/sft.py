@@ -36,7 +36,7 @@ from agentrft.train.packing import MicroBatch
 from agentrft.train.records import learnable_records
 from agentrft.train.session import Session, StepFn
 from agentrft.train.stages import next_tasks, pack_stage
-from agentrft.train.update import autocast, batch_logprobs, batch_stats, optimizer_steps
+from agentrft.train.update import autocast, batch_logprobs, batch_stats, optimizer_steps, step_counts
 from agentrft.types import Trajectory
 
 Evaluate = Callable[[int], dict[str, float]]  # step -> valid_ metrics when a periodic eval is due, else {}
@@ -92,12 +92,10 @@ def sft_update(
     """One optimizer step of token-mean NLL over every loss token of ``batches`` (the global count is taken
     before the first micro-batch, so the step does not depend on the split). Metrics: ``loss`` (= the NLL),
     ``nll``, ``entropy`` (loss-token-weighted means), ``grad_norm``, ``lr``, token counts."""
-    if not batches:
+    counts = step_counts(batches)
+    if counts is None:
         return {"update_skipped": 1.0}
-    global_tokens = sum(mb.num_loss_tokens for mb in batches)
-    global_seqs = sum(len(mb.seq_index) for mb in batches)
-    if global_tokens == 0:
-        return {"update_skipped": 1.0}
+    global_tokens, global_seqs = counts
     model.train()
     dist = Distribution()  # temperature 1: the model's own distribution
 

@@ -175,6 +175,12 @@ def batch_stats(batches: list[MicroBatch]) -> dict[str, float]:
     }
 
 
+def step_counts(batches: list[MicroBatch]) -> tuple[int, int] | None:
+    """(loss tokens, sequences) of the whole step, the global denominators; None when there is nothing to learn."""
+    tokens = sum(mb.num_loss_tokens for mb in batches)
+    return (tokens, sum(len(mb.seq_index) for mb in batches)) if tokens else None
+
+
 def policy_update(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -196,12 +202,10 @@ def policy_update(
     ``dist`` is the rollout's sampling distribution: the trained log-probs are those of the policy
     the sampler drew from. ``sampler_logprob_gap_mean``/``_max`` compare the first pass's log-probs
     with the sampler's, token by token (see `_sampler_gap`)."""
-    if not batches:
+    counts = step_counts(batches)
+    if counts is None:
         return {"update_skipped": 1.0}
-    global_tokens = sum(mb.num_loss_tokens for mb in batches)
-    global_seqs = sum(len(mb.seq_index) for mb in batches)
-    if global_tokens == 0:
-        return {"update_skipped": 1.0}
+    global_tokens, global_seqs = counts
     model.train()
     if algo.updates_per_batch > 1:
         with torch.no_grad(), autocast(precision):
