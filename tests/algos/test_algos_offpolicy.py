@@ -27,8 +27,10 @@ def test_on_policy_weights_are_exactly_one(correction):
     lp = torch.log(torch.tensor([[0.3, 0.9, 0.01, 0.5]], dtype=F64))
     w, m = behaviour_weights(lp, lp.clone(), torch.ones(1, 4), correction=correction)
     assert torch.equal(w, torch.ones_like(w))
-    assert float(m["is/weight_mean"]) == 1.0 and float(m["is/weight_max"]) == 1.0
-    assert float(m.get("is/masked_frac", 0.0)) == 0.0 and float(m.get("is/truncated_frac", 0.0)) == 0.0
+    assert float(m["is/weight_mean"]) == pytest.approx(1.0, abs=1e-15)
+    assert float(m["is/weight_max"]) == pytest.approx(1.0, abs=1e-15)
+    assert float(m.get("is/masked_frac", 0.0)) == pytest.approx(0.0, abs=1e-15)
+    assert float(m.get("is/truncated_frac", 0.0)) == pytest.approx(0.0, abs=1e-15)
 
 
 def test_truncated_is():
