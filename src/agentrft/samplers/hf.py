@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -87,11 +88,14 @@ class HFSampler(InProcessPolicy):
         policy_version: int = 0,
         prefix_cache_tokens: int = 4096,
         prefix_min_tokens: int = 64,
+        precision: str = "fp32",
     ) -> None:
         from agentrft.samplers.prefix_cache import PrefixCache
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
         super().__init__(model, tokenizer, policy, device=device, dtype=dtype, policy_version=policy_version)
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
@@ -99,6 +103,7 @@ class HFSampler(InProcessPolicy):
         self.admit_max_wait_s = admit_max_wait_s
         # Prefix KV cache (engine thread only), valid for one weights epoch: weights_updated() bumps it.
         self.prefix_cache = PrefixCache(max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens)
+        self.precision = precision
         self._weights_epoch = 0
         self._model_lock = threading.Lock()  # held by the engine while a batch runs, and by paused()
         self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
@@ -109,7 +114,7 @@ class HFSampler(InProcessPolicy):
         # admissions: prefill rounds; prefills: distinct prompts prefilled; steps: decode steps
         _LIVE.add(self)
         # prefill_tokens: prompt positions run through the model; reused_tokens: taken from a shared
-        # or cached prefix instead
+        # or cached prefix instead; prefill_s / decode_s: engine seconds in admissions / decode steps
         self.stats = {
             "admissions": 0,
             "requests": 0,
@@ -118,6 +123,8 @@ class HFSampler(InProcessPolicy):
             "steps": 0,
             "prefill_tokens": 0,
             "reused_tokens": 0,
+            "prefill_s": 0.0,
+            "decode_s": 0.0,
         }
 
     # --- TokenSampler -------------------------------------------------------------------------
@@ -189,6 +196,7 @@ class HFSampler(InProcessPolicy):
         pending: deque[_Pending] = deque()
         batch: RunningBatch | None = None
         was_training = False
+        compute: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         while not self._closed.is_set():
             self._gather(pending, block=batch is None)
             if batch is None:
@@ -198,7 +206,11 @@ class HFSampler(InProcessPolicy):
                 self._model_lock.acquire()
                 was_training = self.model.training
                 self.model.eval()
-                batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache)
+                compute = self._compute_context()
+                compute.__enter__()
+                kv_dtype = torch.bfloat16 if self.precision == "bf16" else None
+                self.prefix_cache.dtype = kv_dtype
+                batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache, kv_dtype=kv_dtype)
             admit: list[_Pending] = []
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
             # waiting, or the oldest request has waited admit_max_wait_s.
@@ -215,25 +227,28 @@ class HFSampler(InProcessPolicy):
             failed: list[_Pending] = []
             error: Exception | None = None
             try:
-                with torch.inference_mode():
-                    # Rows whose caller gave up leave before the next step.
-                    batch.retire([a for a, r in enumerate(batch.rows) if r.owner.future.done()])
-                    if admit:
-                        if self.prefix_cache.enabled:
-                            self.prefix_cache.validate(self._weights_epoch)
-                        rows = [
-                            RowState(p.request.params, make_generator(p.request.params, self.device, p.seed), owner=p)
-                            for p in admit
-                        ]
-                        before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
-                        batch.admit([p.request for p in admit], rows)
-                        self.stats["prefill_tokens"] += batch.prefill_tokens - before[1]
-                        self.stats["reused_tokens"] += batch.reused_tokens - before[2]
-                        self.stats["admissions"] += 1
-                        self.stats["requests"] += len(admit)
-                        self.stats["prefills"] += batch.prefills - before[0]
-                    done = batch.step()
-                    self.stats["steps"] += 1
+                # Rows whose caller gave up leave before the next step.
+                batch.retire([a for a, r in enumerate(batch.rows) if r.owner.future.done()])
+                if admit:
+                    if self.prefix_cache.enabled:
+                        self.prefix_cache.validate(self._weights_epoch)
+                    rows = [
+                        RowState(p.request.params, make_generator(p.request.params, self.device, p.seed), owner=p)
+                        for p in admit
+                    ]
+                    before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
+                    t_admit = time.perf_counter()
+                    batch.admit([p.request for p in admit], rows)
+                    self.stats["prefill_s"] += time.perf_counter() - t_admit
+                    self.stats["prefill_tokens"] += batch.prefill_tokens - before[1]
+                    self.stats["reused_tokens"] += batch.reused_tokens - before[2]
+                    self.stats["admissions"] += 1
+                    self.stats["requests"] += len(admit)
+                    self.stats["prefills"] += batch.prefills - before[0]
+                t_step = time.perf_counter()
+                done = batch.step()
+                self.stats["decode_s"] += time.perf_counter() - t_step
+                self.stats["steps"] += 1
             except Exception as exc:  # a failed step fails its requests, not the sampler
                 error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")
                 failed = [row.owner for row in batch.rows] + admit
@@ -246,6 +261,7 @@ class HFSampler(InProcessPolicy):
                 # Give the model back before anyone hears their request is done: a
                 # caller may train on it as soon as its await returns.
                 batch = None
+                compute.__exit__(None, None, None)  # drops autocast's bf16 weight copies
                 self.model.train(was_training)
                 self._model_lock.release()
             for row in done:
@@ -255,6 +271,27 @@ class HFSampler(InProcessPolicy):
         closed = RuntimeError("HFSampler was closed")
         for p in pending:
             _resolve(p, exc=closed)
+
+    @contextlib.contextmanager
+    def _compute_context(self) -> Iterator[None]:
+        """What a batch runs under, from its first admission to its last row (the engine holds the model).
+
+        * SDPA attends grouped-query heads directly (`enable_gqa`) instead of first copying each layer's
+          whole KV cache to repeat its heads (transformers' `repeat_kv`); the same result (checked in
+          the tests), a third less time per decode step on long contexts.
+        * `precision="bf16"`: bf16 autocast with its weight-cast cache, so each weight is cast once
+          per batch, not once per decode step (the weights do not change while the engine holds the
+          model). The cache works under `no_grad`, not `inference_mode`, so bf16 batches use that."""
+        import torch
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_sdpa_gqa())
+            if self.precision == "bf16":
+                stack.enter_context(torch.no_grad())
+                stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=True))
+            else:
+                stack.enter_context(torch.inference_mode())
+            yield
 
     def _deliver(self, row: Any) -> None:
         p: _Pending = row.owner
@@ -277,6 +314,21 @@ class HFSampler(InProcessPolicy):
                 policy_version=self.policy_version,
             ),
         )
+
+
+@contextlib.contextmanager
+def _sdpa_gqa() -> Iterator[None]:
+    """transformers' SDPA attention with `enable_gqa` (its documented switch, read at every call)."""
+    key = "TRANSFORMERS_SDPA_FORCE_GQA"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:

@@ -150,9 +150,15 @@ class RunningBatch:
     """Rows being decoded together; see the module docstring."""
 
     def __init__(
-        self, model: Any, spec: DecodeSpec, device: torch.device, prefix_cache: PrefixCache | None = None
+        self,
+        model: Any,
+        spec: DecodeSpec,
+        device: torch.device,
+        prefix_cache: PrefixCache | None = None,
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
         self.model, self.spec, self.device = model, spec, device
+        self.kv_dtype = kv_dtype  # the cache's dtype (None: what the model's layers produce)
         self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
         self.prefill_tokens = 0  # prompt positions run through the model
         self.reused_tokens = 0  # prompt positions taken from the prefix cache or a shared prefix
@@ -224,7 +230,8 @@ class RunningBatch:
             like = caches[0][layer][0]
             bufs = []
             for which in (0, 1):
-                buf = like.new_empty(rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
+                shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
+                buf = like.new_empty(shape, dtype=self.kv_dtype or like.dtype)
                 buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
                 for j, c in enumerate(old_rows if old else ()):  # row by row: no temporary copy of the cache
                     buf[j, :, length - len0 : length] = old[layer][which][c]

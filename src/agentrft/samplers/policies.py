@@ -239,10 +239,15 @@ def is_in_process(name: str) -> bool:
 
 
 def load_trainable_policy(
-    name: str = DEFAULT_POLICY, *, sampler: str = "engine", seed: int = 0, **kw: Any
+    name: str = DEFAULT_POLICY, *, sampler: str = "engine", seed: int = 0, precision: str = "fp32", **kw: Any
 ) -> HFSampler | ReferenceHFSampler:
     """An in-process `TrainablePolicy`: the continuous-batching engine (``sampler="engine"``) or the
-    reference sampler (``"reference"``: one `generate` per request, the engine's test oracle)."""
+    reference sampler (``"reference"``: one `generate` per request, the engine's test oracle).
+    ``precision``: the engine's compute, fp32 or bf16 (the reference sampler computes in fp32 only)."""
+    if precision not in ("fp32", "bf16"):
+        raise PolicyError(f"unknown sampler precision {precision!r}; valid: fp32, bf16")
+    if sampler == "reference" and precision != "fp32":
+        raise PolicyError("the reference sampler computes in fp32 only (policy.sampler_precision: fp32)")
     if not is_in_process(name):
         raise PolicyError(
             f"policy {name!r} cannot be trained in this process (its weights live elsewhere); "
@@ -252,7 +257,7 @@ def load_trainable_policy(
     if sampler == "engine":
         from agentrft.samplers.hf import HFSampler
 
-        return HFSampler(model, tok, policy=name, **kw)
+        return HFSampler(model, tok, policy=name, precision=precision, **kw)
     if sampler == "reference":
         from agentrft.samplers.hf_reference import ReferenceHFSampler
 

@@ -71,6 +71,7 @@ class PrefixCache:
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # oldest use first
         self._next_id = 0
         self._key: Hashable = None
+        self.dtype: torch.dtype | None = None  # entries are stored in this dtype (None: as given)
         self.stats = {"hits": 0, "hit_tokens": 0, "stored": 0, "evicted": 0, "cleared": 0}
 
     @property
@@ -132,6 +133,8 @@ class PrefixCache:
             if m == len(entry):  # the old entry is a prefix of the new one
                 del self._entries[eid]
         # Own, compact storage: the inputs may be views into a whole batch's cache.
+        dt = self.dtype
+        kv = [(k.to(dt), v.to(dt)) if dt is not None else (k, v) for k, v in kv]
         self._entries[self._next_id] = CacheEntry(tokens.copy(), [(k.contiguous(), v.contiguous()) for k, v in kv])
         self._next_id += 1
         self.stats["stored"] += 1

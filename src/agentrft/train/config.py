@@ -54,6 +54,13 @@ class PolicyConfig(_Cfg):
         description="in-process sampler: the continuous-batching engine, or the reference sampler (one plain "
         "transformers generate() per request: slow, the engine's test oracle)",
     )
+    sampler_precision: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="the engine's compute: bf16 autocast with bf16 KV (about half the memory and prefill time on a "
+        "CPU with bf16 matmuls; the trainer's bf16 autocast computes the same function) or fp32; bf16 pays off "
+        "with full fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast "
+        "every decode step)",
+    )
     finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
     lora_r: int = Field(default=16, ge=1)
     lora_alpha: int = Field(default=32, ge=1)
@@ -378,9 +385,56 @@ _SFT: dict[str, Any] = {
     "checkpoint": {"every_steps": 10, "keep_last": 1},
     "logging": {"tensorboard": True},
 }
+# The agentic recipe (`agentrft demo --agentic`, agentic.py) on finqa-lite levels 1-4. Every task is prompted as its
+# own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
+_AGENTIC_ENV = "finqa-lite:1,2,3,4"
+# Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
+_AGENTIC_IMITATION: dict[str, Any] = {
+    **_SFT,
+    "steps": 24,
+    "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
+    "data": {"success_only": True, "runs": ["demos"]},
+    "sft": {"batch_size": 8},
+    "rollout": {"env": _AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
+    "optimizer": {**_SFT["optimizer"], "warmup_steps": 2},
+    "checkpoint": {"every_steps": 0, "keep_last": 1},
+}
+# RL from the imitated weights: GRPO with the curriculum over levels, the outcome plus a share of the process
+# credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
+_AGENTIC_RL: dict[str, Any] = {
+    **_DEMO,
+    "steps": 8,
+    "policy": {**_DEMO["policy"], "sampler_precision": "bf16"},
+    "rollout": {
+        "env": _AGENTIC_ENV,
+        "tasks_per_step": 4,
+        "group_size": 8,
+        "temperature": 0.7,
+        "max_tokens": 192,
+        "grader": {
+            "type": "multi",
+            "graders": {
+                "answer": {
+                    "type": "numeric",
+                    "name": "answer",
+                    "input": "{{ sample.output_text }}",
+                    "reference": "{{ item.answer }}",
+                    "rel_tol": 0.01,
+                },
+                "process": {"type": "finqa_process"},
+            },
+            "calculate_output": "answer + 0.2 * max(process, 0)",
+        },
+        "curriculum": {"enabled": True, "window": 32, "min_episodes": 16, "promote_at": 0.6, "keep_share": 0.3},
+    },
+    "algorithm": {**_DEMO["algorithm"], "turn_level": True, "turn_weight": 0.5},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": _DEMO,
     "sft": _SFT,
+    "agentic-imitation": _AGENTIC_IMITATION,
+    "agentic-rl": _AGENTIC_RL,
     # Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
     # each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
     "rejection-sampling": {

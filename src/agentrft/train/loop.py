@@ -77,7 +77,9 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
     grader = load_grader(cfg.rollout.grader or env.grader_spec())  # a bad spec fails before the model loads
     if cfg.rollout.curriculum.enabled:  # so do training tasks without levels
         task_source(env.tasks(cfg.rollout.split), cfg.rollout.curriculum, cfg.seed, None)
-    policy = load_trainable_policy(cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed)
+    policy = load_trainable_policy(
+        cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed, precision=cfg.policy.sampler_precision
+    )
     return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME))
 
 

@@ -1,0 +1,131 @@
+"""Long multi-turn episodes: a finqa-lite level-3 eval through the HF engine.
+
+    .venv/bin/python benchmarks/long_episodes.py [--level 3] [--tasks 32] [--samples 2] [--policy smollm2-135m]
+        [--set prefix_cache_tokens=16384] [--dtype bf16]
+
+Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's
+prefilled vs reused (shared or cached) prompt tokens, prefill and decode seconds,
+sampled tokens, and the fraction of the bf16 matmul bound reached on the tokens
+actually computed (2 x parameters x (prefilled + sampled tokens) / engine
+seconds, over the peak bf16 matmul rate `--peak-gflops` measured by a square
+matmul on this machine in the same run). Asserts nothing.
+
+Goal (issue 15): a 64-episode level-3 eval in <= 5 minutes at <= 3 GiB peak RSS on the 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def matmul_gflops(dtype: torch.dtype, n: int = 1024, reps: int = 8) -> float:
+    """The machine's square-matmul rate in this dtype (GFLOP/s), best of `reps`."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            out[key] = int(raw)
+        except ValueError:
+            try:
+                out[key] = float(raw)
+            except ValueError:
+                out[key] = raw
+    return out
+
+
+def main() -> None:
+    from agentrft.envs.registry import make_env
+    from agentrft.eval.harness import evaluate
+    from agentrft.samplers.base import SamplingParams
+    from agentrft.samplers.policies import load_trainable_policy
+    from agentrft.store import Store
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--policy", default="smollm2-135m")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="HFSampler option KEY=VALUE")
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+
+    peak_bf16 = matmul_gflops(torch.bfloat16)
+    peak_fp32 = matmul_gflops(torch.float32)
+    env = make_env(f"finqa-lite:{args.level}")
+    t_load = time.perf_counter()
+    sampler = load_trainable_policy(args.policy, seed=0)
+    for key, value in parse_sets(args.sets).items():
+        if key == "prefix_cache_tokens":
+            sampler.prefix_cache.max_tokens = int(value)
+        else:
+            setattr(sampler, key, value)
+    load_s = time.perf_counter() - t_load
+    params_n = sum(p.numel() for p in sampler.model.parameters())
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "bench.db")
+        t0 = time.perf_counter()
+        result = evaluate(
+            env,
+            sampler,
+            split="held-out",
+            samples=args.samples,
+            tasks=args.tasks,
+            store=store,
+            run_name="bench",
+            params=SamplingParams(temperature=args.temperature, max_tokens=env.limits.max_tokens_per_turn),
+            progress=False,
+        )
+        wall = time.perf_counter() - t0
+        store.close()
+    st = dict(sampler.stats)
+    engine_s = st["prefill_s"] + st["decode_s"]
+    computed = st["prefill_tokens"] + st["tokens"]
+    achieved = 2 * params_n * computed / max(engine_s, 1e-9) / 1e9
+    out = {
+        "label": args.label,
+        "level": args.level,
+        "episodes": result.n_trajectories,
+        "pass@1": round(result.pass_at_k[1], 3),
+        "wall_s": round(wall, 1),
+        "load_s": round(load_s, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "prompt_tokens_prefilled": st["prefill_tokens"],
+        "prompt_tokens_reused": st["reused_tokens"],
+        "sampled_tokens": st["tokens"],
+        "requests": st["requests"],
+        "decode_steps": st["steps"],
+        "prefill_s": round(st["prefill_s"], 1),
+        "decode_s": round(st["decode_s"], 1),
+        "model_dtype": str(next(sampler.model.parameters()).dtype),
+        "matmul_gflops_bf16": round(peak_bf16, 1),
+        "matmul_gflops_fp32": round(peak_fp32, 1),
+        "achieved_gflops": round(achieved, 2),
+        "fraction_of_bf16_bound": round(achieved / peak_bf16, 4),
+        "prefix_cache": dict(sampler.prefix_cache.stats),
+        "sets": args.sets,
+    }
+    print(json.dumps(out), flush=True)
+    sampler.close()
+
+
+if __name__ == "__main__":
+    main()

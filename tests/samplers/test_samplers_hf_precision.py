@@ -1,0 +1,101 @@
+"""The engine's compute: grouped-query SDPA without copying the KV, and bf16 (autocast, bf16 KV)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import torch
+
+from agentrft.samplers.base import SampleRequest, SamplingParams
+from agentrft.samplers.hf import HFSampler, _sdpa_gqa
+from agentrft.samplers.hf_decode import DecodeSpec, RowState, RunningBatch, make_generator
+from agentrft.samplers.policies import PolicyError, load_trainable_policy, tiny_model_and_tokenizer
+
+PARAMS = SamplingParams(temperature=0.7, max_tokens=16)
+
+
+def _prompt(tok) -> list[int]:
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 12 times 7? Think."}], tokenize=False, add_generation_prompt=True
+    )
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def test_grouped_query_sdpa_is_the_same_function() -> None:
+    """The tiny model has 4 query heads over 2 KV heads: with and without `enable_gqa`, same logits (padded
+    batch, so the masked path) and the switch is restored on exit."""
+    model, _ = tiny_model_and_tokenizer(seed=3)
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    ids = torch.randint(5, 200, (2, 40))
+    mask = torch.ones_like(ids)
+    mask[1, :9] = 0
+    before = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        with _sdpa_gqa():
+            assert os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] == "1"
+            grouped = model(input_ids=ids, attention_mask=mask).logits
+    assert os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == before
+    assert torch.allclose(plain[0], grouped[0], atol=1e-6, rtol=0)
+    assert torch.allclose(plain[1, 9:], grouped[1, 9:], atol=1e-6, rtol=0)
+
+
+def test_bf16_keeps_the_kv_in_bf16_and_samples_what_bf16_autocast_computes() -> None:
+    """A bf16 batch stores its KV in bf16 and reports the log-probs of the tokens under the function the
+    trainer's bf16 autocast computes (within bf16 rounding); the model's own weights stay fp32."""
+    from agentrft.samplers.distribution import Distribution
+    from agentrft.train.logprobs import sampled_logprobs
+
+    model, tok = tiny_model_and_tokenizer(seed=4)
+    model.eval()
+    prompt = _prompt(tok)
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    row = RowState(PARAMS, make_generator(PARAMS, torch.device("cpu"), 11))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True):
+        batch = RunningBatch(model, spec, torch.device("cpu"), kv_dtype=torch.bfloat16)
+        batch.admit([SampleRequest(prompt, PARAMS)], [row])
+        assert all(la.keys.dtype == torch.bfloat16 and la.values.dtype == torch.bfloat16 for la in batch.cache.layers)
+        while batch.rows:
+            batch.step()
+    assert next(model.parameters()).dtype == torch.float32
+    full = torch.tensor([prompt + row.token_ids])
+    mask = torch.tensor([[0] * len(prompt) + [1] * len(row.token_ids)])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        expected, _ = sampled_logprobs(model, full, torch.ones_like(full), mask, dist=Distribution.of(PARAMS))
+    expected = expected[0, len(prompt) :]
+    got = torch.tensor(row.logprobs)
+    assert torch.allclose(got, expected, atol=0.05, rtol=0)  # bf16: ~3 significant digits per matmul
+
+
+def test_the_bf16_sampler_runs_and_leaves_no_autocast_behind() -> None:
+    s = load_trainable_policy("tiny", seed=5, precision="bf16")
+    assert isinstance(s, HFSampler) and s.precision == "bf16"
+    prompt = s.render([{"role": "user", "content": "Hello"}])
+
+    async def go():
+        return await asyncio.gather(
+            *(s.sample(SampleRequest(prompt, PARAMS.model_copy(update={"seed": i}))) for i in range(4))
+        )
+
+    try:
+        results = asyncio.run(go())
+        assert all(len(r.token_ids) == len(r.logprobs) > 0 for r in results)
+        assert all(lp <= 0.0 for r in results for lp in r.logprobs)
+        # the prefix cache keeps bf16 KV in a bf16 sampler
+        assert all(k.dtype == torch.bfloat16 for e in s.prefix_cache._entries.values() for k, _ in e.kv)
+        # autocast is the engine thread's, and only while a batch runs
+        assert not torch.is_autocast_enabled("cpu")
+        with torch.no_grad():
+            out = s.model(torch.tensor([prompt])).logits
+        assert out.dtype == torch.float32
+    finally:
+        s.close()
+
+
+def test_bad_precision_is_refused() -> None:
+    with pytest.raises(PolicyError, match="precision"):
+        load_trainable_policy("tiny", precision="fp16")
+    with pytest.raises(PolicyError, match="reference sampler computes in fp32"):
+        load_trainable_policy("tiny", sampler="reference", precision="bf16")
