@@ -95,7 +95,9 @@ def eval_command(
         "smollm2-135m", "--policy", help="smollm2-135m | tiny | hf:PATH | openai:MODEL | oracle[:POLICY]"
     ),
     samples: int = typer.Option(4, "--samples", min=1, help="Samples per task (pass@k for every k up to this)."),
-    tasks: int | None = typer.Option(None, "--tasks", min=1, help="Only the first M tasks of the split."),
+    tasks: int | None = typer.Option(
+        None, "--tasks", min=1, help="Only the first M tasks of the split (of each level, where tasks have levels)."
+    ),
     split: str = typer.Option("held-out", "--split", help="train | held-out | ood"),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="SQLite store file (created if missing)."),
     name: str = typer.Option("eval", "--name", help="Run name (e.g. baseline, final)."),

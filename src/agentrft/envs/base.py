@@ -90,6 +90,15 @@ class Environment(ABC):
         """An expert that solves this environment's tasks (the `oracle` policy), or None where there is none."""
         return None
 
+    def task_tool_schemas(self, task: Task) -> list[dict[str, Any]]:
+        """The tools one task's episode is offered (its prompt and its episode): all of them unless an
+        environment that serves several kinds of task says otherwise."""
+        return self.tool_schemas()
+
+    def task_limits(self, task: Task) -> EnvLimits:
+        """One task's episode limits (turns, tokens, wall time): the environment's unless it says otherwise."""
+        return self.limits
+
     def few_shot(self) -> list[Message]:
         """Worked examples as OpenAI messages (assistant tool_calls + tool results); rendered by the agent loop."""
         return []

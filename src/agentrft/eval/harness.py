@@ -327,10 +327,21 @@ def summarize(
 
 
 def select_tasks(tasks: Sequence[Task], limit: int | None) -> list[Task]:
-    """The first ``limit`` tasks (all when None): deterministic, so two evals see the same tasks."""
+    """The first ``limit`` tasks (all when None): deterministic, so two evals see the same tasks. Where the
+    tasks have several levels (``data["level"]``, e.g. ``finqa-lite:2,3,4``), the first ``limit`` of each
+    level, so every level is measured on as many tasks as a one-level eval would be."""
     if limit is not None and limit < 1:
         raise InputError(f"tasks must be at least 1, got {limit}")
-    return list(tasks if limit is None else tasks[:limit])
+    if limit is None:
+        return list(tasks)
+    taken: dict[Any, int] = {}
+    chosen = []
+    for task in tasks:
+        level = task.data.get("level") if isinstance(task.data, dict) else None
+        if taken.get(level, 0) < limit:
+            taken[level] = taken.get(level, 0) + 1
+            chosen.append(task)
+    return chosen
 
 
 def evaluate(env: Any, sampler: Any, **kwargs: Any) -> EvalResult:

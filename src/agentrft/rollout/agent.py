@@ -57,7 +57,7 @@ class EpisodeEnd(Exception):
 def prompt_messages(env: Environment, task: Task, fmt: ToolFormat) -> list[Message]:
     """The episode's opening messages (OpenAI format): the system prompt gets the format's tool instructions."""
     messages = [m.model_copy(deep=True) for m in env.initial_messages(task)]
-    instructions = fmt.render_tool_instructions(env.tool_schemas())
+    instructions = fmt.render_tool_instructions(env.task_tool_schemas(task))
     if instructions:
         if messages and messages[0].role == "system":
             messages[0].content = f"{messages[0].text()}\n\n{instructions}".strip()
@@ -144,7 +144,7 @@ async def run_episode(
     group_key: str | None = None,
 ) -> Trajectory:
     """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour)."""
-    fmt = make_format(tool_format, env.tool_schemas())
+    fmt = make_format(tool_format, env.task_tool_schemas(task))
     traj = Trajectory(
         run_id=run_id,
         task_id=task.id,
@@ -155,7 +155,7 @@ async def run_episode(
     )
     traj.messages = prompt_messages(env, task, fmt)
     traj.n_prompt_messages = len(traj.messages)
-    limits = env.limits
+    limits = env.task_limits(task)
     ledger: TokenLedger | None = None
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s):
@@ -201,10 +201,10 @@ async def _token_loop(
     ledger: TokenLedger,
     group_key: str | None,
 ) -> None:
-    limits = env.limits
-    tools = env.tool_schemas() if fmt.native else None
+    limits = env.task_limits(task)
+    tools = env.task_tool_schemas(task) if fmt.native else None
     if fmt.native:
-        check_native(sampler, env.tool_schemas())
+        check_native(sampler, env.task_tool_schemas(task))
     delta = DeltaRenderer(sampler, tools)
     ledger.add_prompt(
         list(sampler.render([to_render(m, fmt) for m in traj.messages], tools, add_generation_prompt=True)), turn=0
@@ -271,13 +271,13 @@ async def _chat_loop(
     env: Environment, sampler: ChatSampler, task: Task, traj: Trajectory, fmt: ToolFormat, params: SamplingParams
 ) -> None:
     """Endpoint without token ids (eval only): OpenAI messages and tools go to the endpoint as they are."""
-    limits = env.limits
+    limits = env.task_limits(task)
     episode = env.start(task)
     for turn in range(limits.max_turns):
         try:
             result = await sampler.chat(
                 [m.to_openai() for m in traj.messages],
-                env.tool_schemas() or None,
+                env.task_tool_schemas(task) or None,
                 params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
             )
         except Exception as exc:

@@ -43,6 +43,14 @@ EXAMPLE_TEMPLATES: dict[int, tuple[str, ...]] = {
 }
 
 
+def _schemas(levels: Iterable[int]) -> list[dict[str, Any]]:
+    """The tools levels need: `calculate` alone where every figure is in the question (levels 1-2)."""
+    schemas = finqa_tool_schemas()
+    if set(levels) <= set(CALCULATOR_ONLY_LEVELS):
+        schemas = [s for s in schemas if s["function"]["name"] == "calculate"]
+    return schemas
+
+
 def merged_limits(levels: Iterable[int]) -> EnvLimits:
     """The most generous limits over `levels`, field by field."""
     chosen = [LEVEL_LIMITS[lv] for lv in levels]
@@ -100,16 +108,34 @@ class FinqaLiteEnv(Environment):
         self.limits = limits or merged_limits(self.levels)
         self.index = DocumentIndex(self.data.documents(), page_chars=page_chars)
         self.tool_max_output_chars = tool_max_output_chars
-        self._few_shot: list[Message] | None = None
+        self._examples: dict[int, list[Message]] = {}
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        schemas = finqa_tool_schemas()
-        if set(self.levels) <= set(CALCULATOR_ONLY_LEVELS):
-            schemas = [s for s in schemas if s["function"]["name"] == "calculate"]
-        return schemas
+        return _schemas(self.levels)
+
+    def _level(self, task: Task) -> int | None:
+        """The task's level when it is one this environment serves (then its episode is that level's)."""
+        level = task.data.get("level")
+        return level if isinstance(level, int) and level in self.levels else None
+
+    # A task's episode is the same whatever levels the environment serves: the prompt (worked examples,
+    # tools), the tools offered and the limits are its own level's, as `finqa-lite:LEVEL` gives them. So a
+    # curriculum over `finqa-lite:1,2,3,4` trains on exactly the prompts each level is evaluated on.
+    def task_tool_schemas(self, task: Task) -> list[dict[str, Any]]:
+        level = self._level(task)
+        return self.tool_schemas() if level is None else _schemas((level,))
+
+    def task_limits(self, task: Task) -> EnvLimits:
+        level = self._level(task)
+        return self.limits if self._explicit_limits or level is None else LEVEL_LIMITS[level]
+
+    def initial_messages(self, task: Task) -> list[Message]:
+        level = self._level(task)
+        examples = self.few_shot() if level is None else self._level_examples(level)
+        return [Message(role="system", content=self.system_prompt()), *examples, *task.messages]
 
     def tasks(self, split: str = "train") -> list[Task]:
         return self.data.tasks(split, self.levels)
@@ -119,7 +145,7 @@ class FinqaLiteEnv(Environment):
         toolbox = finqa_toolbox(
             state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars
         )
-        offered = {s["function"]["name"] for s in self.tool_schemas()}
+        offered = {s["function"]["name"] for s in self.task_tool_schemas(task)}
         toolbox = toolbox.only(offered)
         level = task.data.get("level")
         if self._explicit_limits or level not in LEVEL_LIMITS:
@@ -135,15 +161,14 @@ class FinqaLiteEnv(Environment):
     # ------------------------------------------------------------ worked examples
 
     def few_shot(self) -> list[Message]:
-        """Worked examples per level (EXAMPLE_TEMPLATES), on the company kept out of every split; tool outputs are real."""
-        if self._few_shot is None:
-            self._few_shot = [
-                m
-                for level in self.levels
-                for template in EXAMPLE_TEMPLATES[level]
-                for m in self._example(level, template)
-            ]
-        return [m.model_copy(deep=True) for m in self._few_shot]
+        """Worked examples of every level served (EXAMPLE_TEMPLATES), on the company kept out of every split;
+        tool outputs are real. A task's own prompt shows its level's only (`initial_messages`)."""
+        return [m for level in self.levels for m in self._level_examples(level)]
+
+    def _level_examples(self, level: int) -> list[Message]:
+        if level not in self._examples:
+            self._examples[level] = [m for template in EXAMPLE_TEMPLATES[level] for m in self._example(level, template)]
+        return [m.model_copy(deep=True) for m in self._examples[level]]
 
     def _example(self, level: int, template: str) -> list[Message]:
         task = self.data.example_task(level, template)

@@ -1,0 +1,58 @@
+"""A task's episode is its own level's whatever levels the environment serves (prompt, tools, limits)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentrft.envs.finqa.env import LEVEL_LIMITS, FinqaLiteEnv
+from agentrft.eval.harness import select_tasks
+from agentrft.rollout.agent import prompt_messages
+from agentrft.rollout.formats import make_format
+
+
+@pytest.fixture(scope="module")
+def mixed() -> FinqaLiteEnv:
+    return FinqaLiteEnv(levels=(1, 2, 3, 4), seed=0)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_a_task_is_prompted_as_its_own_level_is(mixed: FinqaLiteEnv, level: int) -> None:
+    alone = FinqaLiteEnv(levels=(level,), seed=0)
+    task = next(t for t in mixed.tasks("held-out") if t.data["level"] == level)
+    assert task.id in {t.id for t in alone.tasks("held-out")}
+    fmt_mixed = make_format("xml", mixed.task_tool_schemas(task))
+    fmt_alone = make_format("xml", alone.task_tool_schemas(task))
+    got = [m.model_dump() for m in prompt_messages(mixed, task, fmt_mixed)]
+    want = [m.model_dump() for m in prompt_messages(alone, task, fmt_alone)]
+    assert got == want
+    assert mixed.task_tool_schemas(task) == alone.tool_schemas()
+    assert mixed.task_limits(task) == alone.limits == LEVEL_LIMITS[level]
+    # the env-wide view is still every level's: all tools, the most generous limits, every example
+    assert {s["function"]["name"] for s in mixed.tool_schemas()} == {"search", "open", "calculate"}
+    assert mixed.limits.max_turns == max(lim.max_turns for lim in LEVEL_LIMITS.values())
+    assert len(mixed.few_shot()) > len(alone.few_shot())
+
+
+def test_a_level_two_episode_is_offered_the_calculator_only(mixed: FinqaLiteEnv) -> None:
+    task = next(t for t in mixed.tasks("train") if t.data["level"] == 2)
+    ep = mixed.start(task)
+    refused = asyncio.run(ep.call_tool("search", {"query": "anything"}))
+    assert not refused.ok and "unknown" in refused.content.lower()
+
+
+def test_explicit_limits_apply_to_every_task() -> None:
+    env = FinqaLiteEnv(levels=(1, 4), seed=0, limits=LEVEL_LIMITS[2])
+    task = next(t for t in env.tasks("train") if t.data["level"] == 4)
+    assert env.task_limits(task) == LEVEL_LIMITS[2]
+
+
+def test_an_eval_takes_the_first_tasks_of_each_level(mixed: FinqaLiteEnv) -> None:
+    tasks = mixed.tasks("held-out")
+    chosen = select_tasks(tasks, 3)
+    assert [t.data["level"] for t in chosen] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert [t.id for t in chosen if t.data["level"] == 3] == [t.id for t in tasks if t.data["level"] == 3][:3]
+    one_level = FinqaLiteEnv(levels=(3,), seed=0).tasks("held-out")
+    assert select_tasks(one_level, 5) == one_level[:5]
+    assert select_tasks(tasks, None) == tasks
