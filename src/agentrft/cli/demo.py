@@ -30,6 +30,12 @@ def demo_cmd(
         help=(f"Samples per task (default {_FULL.eval_samples}; quick {_QUICK.eval_samples})."),
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the before/after summary as JSON."),
+    agentic: bool = typer.Option(
+        False,
+        "--agentic",
+        help="The agentic recipe on finqa-lite levels 2-4: baseline evals, oracle demonstrations, imitation, GRPO "
+        "with the curriculum and per-turn credit, final evals (held-out and ood). --set imitation.KEY=V / rl.KEY=V.",
+    ),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
     from rich.console import Console
@@ -38,6 +44,9 @@ def demo_cmd(
     from agentrft.demo import run_demo
     from agentrft.train.config import ConfigError
 
+    if agentic:
+        _agentic(quick, run_dir, list(set_), eval_tasks, eval_samples, as_json)
+        return
     settings = DemoSettings.preset(quick)
     if eval_tasks is not None:
         settings.eval_tasks = eval_tasks
@@ -65,6 +74,48 @@ def demo_cmd(
         f"final eval {result.seconds['eval_final']:.0f} s)"
     )
     console.print(f"run dir {run_dir}  ·  report {run_dir / 'report.html'}")
+
+
+def _agentic(
+    quick: bool, run_dir: Path | None, sets: list[str], eval_tasks: int | None, eval_samples: int | None, as_json: bool
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrft.agentic import AgenticSettings, run_agentic
+    from agentrft.inputs import InputError
+    from agentrft.train.config import ConfigError
+
+    settings = AgenticSettings.preset(quick)
+    if eval_tasks is not None:
+        settings.eval_tasks = eval_tasks
+    if eval_samples is not None:
+        settings.eval_samples = eval_samples
+    run_dir = run_dir or Path("runs") / f"agentic-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        result = run_agentic(run_dir, settings, sets, progress=not as_json)
+    except (ConfigError, InputError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result.summary()))
+        return
+    stages = [s for s in ("baseline", "imitation", "final") if s in result.evals]
+    table = Table(title="finqa-lite pass@1 by level: baseline, after imitation, after RL")
+    table.add_column("level")
+    for s in stages:
+        table.add_column(s, justify="right")
+    for row in result.level_table():
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    sec = result.seconds
+    console.print(
+        f"wall time {sec['total']:.0f} s: imitation {sec['imitation']:.0f} s + RL {sec['rl']:.0f} s "
+        f"(demonstrations {sec['demos']:.0f} s; evals "
+        f"{sum(v for k, v in sec.items() if k.startswith('eval_')):.0f} s)"
+    )
+    console.print(f"run dir {run_dir}  ·  report {run_dir / 'report.html'}  ·  summary {run_dir / 'agentic.json'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,251 @@
+"""`agentrft demo --agentic`: the agentic recipe, multi-tool long-horizon finqa-lite levels on a CPU.
+
+The seeds' recipe for a weak model: imitation first, then RL with a curriculum and credit for the
+steps that mattered. One command, one run directory:
+
+1. **baseline**: held-out evals of levels 2-4 (``--eval-tasks`` tasks of each level, 2 samples each,
+   T 0.7), and of the ``ood`` templates;
+2. **demonstrations**: the `oracle` policy (`samplers/oracle.py`: the environment's expert written in
+   the student's tool-call text and tokenizer) plays the training split of levels 1-4; stored and
+   graded like any trajectory (run ``demos``);
+3. **imitation**: filtered SFT on those demonstrations (preset ``agentic-imitation``);
+   held-out evals again (run ``imitation``), so each stage's share is visible;
+4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/curriculum.py`)
+   and the outcome plus per-turn process credit (`graders/finqa_process.py`, ``algorithm.turn_level``)
+   (preset ``agentic-rl``);
+5. **final** held-out and ``ood`` evals, the per-level table, and the report.
+
+A task's prompt, tools and limits are its own level's whatever levels the environment serves
+(`FinqaLiteEnv.initial_messages`), so what is trained on ``finqa-lite:1,2,3,4`` is exactly what
+``agentrft eval --env finqa-lite:N`` measures.
+
+    RUN_DIR/agentrft.db        evals (baseline, baseline-ood, imitation, final, final-ood), demos, both training runs
+    RUN_DIR/imitation/         the SFT run (config, metrics, its policy)
+    RUN_DIR/config.yaml, metrics.jsonl, policy/   the GRPO run (the final policy)
+    RUN_DIR/agentic.json       per-level pass@1 at each stage, the paired tests, wall times
+    RUN_DIR/report.html
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TRAIN_ENV = "finqa-lite:1,2,3,4"
+
+
+class AgenticSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    quick: bool = False
+    levels: list[int] = Field(default_factory=lambda: [2, 3, 4], description="held-out levels evaluated")
+    eval_tasks: int = Field(default=32, ge=1, description="held-out tasks of each level per eval")
+    eval_samples: int = Field(default=2, ge=1, description="samples per task")
+    eval_temperature: float = Field(default=0.7, ge=0.0)
+    ood: bool = Field(default=True, description="also evaluate the ood templates before and after")
+    ood_tasks: int = Field(default=16, ge=1, description="ood tasks of each level per eval")
+    eval_after_imitation: bool = Field(default=True, description="evaluate between imitation and RL")
+    demo_tasks: int = Field(default=48, ge=1, description="oracle demonstrations per level of the training split")
+
+    @classmethod
+    def preset(cls, quick: bool) -> AgenticSettings:
+        if quick:
+            return cls(quick=True, eval_tasks=2, eval_samples=2, demo_tasks=4, ood=False)
+        return cls()
+
+
+@dataclass
+class AgenticResult:
+    run_dir: Path
+    evals: dict[str, Any]  # stage name -> EvalResult
+    seconds: dict[str, float]
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def level_table(self) -> list[tuple[str, ...]]:
+        """Rows (level, pass@1 at each stage), held-out then ood."""
+        stages = [s for s in ("baseline", "imitation", "final") if s in self.evals]
+        rows = []
+        for kind, suffix in (("held-out", ""), ("ood", "-ood")):
+            names = [s + suffix for s in stages if s + suffix in self.evals]
+            if not names:
+                continue
+            levels = sorted({lv for n in names for lv in self.evals[n].per_level}, key=int)
+            for lv in levels:
+                cells = []
+                for s in stages:
+                    r = self.evals.get(s + suffix)
+                    b = r.per_level.get(lv) if r is not None else None
+                    cells.append("–" if b is None else f"{b.success_rate:.3f}")
+                rows.append((f"level {lv} ({kind})", *cells))
+        return rows
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "seconds": self.seconds,
+            "steps": self.steps,
+            "per_level": {
+                name: {lv: b.model_dump(mode="json") for lv, b in r.per_level.items()} for name, r in self.evals.items()
+            },
+            "evals": {name: r.model_dump(mode="json", exclude={"per_task"}) for name, r in self.evals.items()},
+        }
+
+
+def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[Any, Any]:
+    """The imitation and RL configs (presets ``agentic-imitation`` / ``agentic-rl``); ``overrides`` are
+    ``imitation.KEY=VALUE`` or ``rl.KEY=VALUE`` (a bare ``KEY=VALUE`` goes to both). Checked before any
+    model loads."""
+    from agentrft.store import RUN_STORE_NAME
+    from agentrft.train.config import PRESETS, ConfigError, build_config
+
+    sft_sets = [f"data.source={run_dir / RUN_STORE_NAME}"]
+    rl_sets: list[str] = []
+    if quick:
+        sft_sets += ["steps=2", "sft.batch_size=4"]
+        rl_sets += ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"]
+    for item in overrides:
+        key = item.partition("=")[0]
+        if key.startswith("imitation."):
+            sft_sets.append(item.removeprefix("imitation."))
+        elif key.startswith("rl."):
+            rl_sets.append(item.removeprefix("rl."))
+        elif "=" in item:
+            sft_sets.append(item)
+            rl_sets.append(item)
+        else:
+            raise ConfigError(f"--set {item!r}: expected [imitation.|rl.]KEY=VALUE, e.g. rl.steps=8")
+    sft = build_config(PRESETS["agentic-imitation"], sft_sets, source="demo --agentic (imitation)")
+    rl = build_config(PRESETS["agentic-rl"], rl_sets, source="demo --agentic (rl)")
+    if sft.policy.name != rl.policy.name:
+        raise ConfigError("demo --agentic: imitation and rl must train the same policy.name")
+    return sft, rl
+
+
+def run_agentic(
+    run_dir: Path, settings: AgenticSettings, overrides: list[str] | None = None, progress: bool = True
+) -> AgenticResult:
+    """Baseline evals, oracle demonstrations, imitation, (eval), GRPO with the curriculum, final evals, report."""
+    from agentrft.envs.registry import make_env
+    from agentrft.eval.harness import evaluate
+    from agentrft.eval.report import write_report
+    from agentrft.graders import load_grader
+    from agentrft.samplers.base import SamplingParams
+    from agentrft.samplers.oracle import load_oracle
+    from agentrft.samplers.policies import load_trainable_policy
+    from agentrft.store import RUN_STORE_NAME, Store
+    from agentrft.train.loop import Components, train
+
+    run_dir = Path(run_dir)
+    sft_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
+    levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
+    eval_env = make_env(f"finqa-lite:{levels}")
+    train_env = make_env(TRAIN_ENV)
+    outcome = load_grader(train_env.grader_spec())
+    rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
+    run_dir.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    policy = load_trainable_policy(
+        rl_cfg.policy.name, sampler=rl_cfg.policy.sampler, seed=rl_cfg.seed, precision=rl_cfg.policy.sampler_precision
+    )
+    store = Store(run_dir / RUN_STORE_NAME)
+    seconds["load"] = time.perf_counter() - t0
+    params = SamplingParams(temperature=settings.eval_temperature, max_tokens=eval_env.limits.max_tokens_per_turn)
+    evals: dict[str, Any] = {}
+
+    def run_eval(name: str, split: str, tasks: int) -> None:
+        policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
+        start = time.perf_counter()
+        evals[name] = evaluate(
+            eval_env,
+            policy,
+            split=split,
+            samples=settings.eval_samples,
+            tasks=tasks,
+            store=store,
+            run_name=name,
+            params=params,
+            env_spec=f"finqa-lite:{levels}",
+            grader=outcome,
+            tool_format=rl_cfg.rollout.tool_format,
+            seed=rl_cfg.seed,
+            progress=progress,
+        )
+        seconds[f"eval_{name}"] = time.perf_counter() - start
+
+    run_eval("baseline", "held-out", settings.eval_tasks)
+    if settings.ood:
+        run_eval("baseline-ood", "ood", settings.ood_tasks)
+
+    start = time.perf_counter()
+    oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
+    evaluate(
+        train_env,
+        oracle,
+        split="train",
+        samples=1,
+        tasks=settings.demo_tasks,
+        store=store,
+        run_name="demos",
+        params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
+        env_spec=TRAIN_ENV,
+        grader=outcome,
+        tool_format=sft_cfg.rollout.tool_format,
+        seed=rl_cfg.seed,
+        progress=progress,
+    )
+    seconds["demos"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    imitated = train(
+        sft_cfg, run_dir / "imitation", components=Components(train_env, policy, outcome, store), progress=progress
+    )
+    seconds["imitation"] = time.perf_counter() - start
+    if settings.eval_after_imitation:
+        run_eval("imitation", "held-out", settings.eval_tasks)
+
+    start = time.perf_counter()
+    trained = train(rl_cfg, run_dir, components=Components(train_env, policy, rl_grader, store), progress=progress)
+    seconds["rl"] = time.perf_counter() - start
+    run_eval("final", "held-out", settings.eval_tasks)
+    if settings.ood:
+        run_eval("final-ood", "ood", settings.ood_tasks)
+    seconds["total"] = time.perf_counter() - t0
+    result = AgenticResult(
+        run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": imitated.steps, "rl": trained.steps}
+    )
+    summary = result.summary()
+    summary["paired"] = paired_tests(evals)
+    (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))
+    write_report(run_dir)
+    store.close()
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()
+    return result
+
+
+def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per level (held-out and ood): the paired test (`eval.metrics.paired_test`, same tasks) of each
+    later stage against the baseline."""
+    from agentrft.eval.metrics import paired_test
+
+    out: dict[str, dict[str, Any]] = {}
+    for suffix in ("", "-ood"):
+        base = evals.get("baseline" + suffix)
+        if base is None:
+            continue
+        for stage in ("imitation", "final"):
+            other = evals.get(stage + suffix)
+            if other is None:
+                continue
+            for level in sorted(base.per_level, key=int):
+                rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
+                cmp = paired_test(rates[0], rates[1])
+                out.setdefault(f"{stage}{suffix} vs baseline{suffix}", {})[level] = cmp.model_dump(mode="json")
+    return out
