@@ -123,6 +123,9 @@ def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[A
     rl = build_config(PRESETS["agentic-rl"], rl_sets, source="demo --agentic (rl)")
     if sft.policy.name != rl.policy.name:
         raise ConfigError("demo --agentic: imitation and rl must train the same policy.name")
+    if "lora" in (sft.policy.finetune, rl.policy.finetune):
+        # both stages train the one in-process model in turn; a LoRA adapter would be wrapped twice
+        raise ConfigError("demo --agentic: policy.finetune: the recipe fine-tunes all weights (full), not lora")
     return sft, rl
 
 
@@ -138,10 +141,15 @@ def run_agentic(
     from agentrft.samplers.oracle import load_oracle
     from agentrft.samplers.policies import load_trainable_policy
     from agentrft.store import RUN_STORE_NAME, Store
+    from agentrft.train.config import ConfigError
     from agentrft.train.loop import Components, train
 
     run_dir = Path(run_dir)
     sft_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(
+            f"demo --agentic: run dir {run_dir} is not empty (the recipe starts from nothing: pick a new one)"
+        )
     levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
     eval_env = make_env(f"finqa-lite:{levels}")
     train_env = make_env(TRAIN_ENV)
@@ -155,78 +163,80 @@ def run_agentic(
     )
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
-    params = SamplingParams(temperature=settings.eval_temperature, max_tokens=eval_env.limits.max_tokens_per_turn)
-    evals: dict[str, Any] = {}
+    try:
+        params = SamplingParams(temperature=settings.eval_temperature, max_tokens=eval_env.limits.max_tokens_per_turn)
+        evals: dict[str, Any] = {}
 
-    def run_eval(name: str, split: str, tasks: int) -> None:
-        policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
+        def run_eval(name: str, split: str, tasks: int) -> None:
+            policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
+            start = time.perf_counter()
+            evals[name] = evaluate(
+                eval_env,
+                policy,
+                split=split,
+                samples=settings.eval_samples,
+                tasks=tasks,
+                store=store,
+                run_name=name,
+                params=params,
+                env_spec=f"finqa-lite:{levels}",
+                grader=outcome,
+                tool_format=rl_cfg.rollout.tool_format,
+                seed=rl_cfg.seed,
+                progress=progress,
+            )
+            seconds[f"eval_{name}"] = time.perf_counter() - start
+
+        run_eval("baseline", "held-out", settings.eval_tasks)
+        if settings.ood:
+            run_eval("baseline-ood", "ood", settings.ood_tasks)
+
         start = time.perf_counter()
-        evals[name] = evaluate(
-            eval_env,
-            policy,
-            split=split,
-            samples=settings.eval_samples,
-            tasks=tasks,
+        oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
+        evaluate(
+            train_env,
+            oracle,
+            split="train",
+            samples=1,
+            tasks=settings.demo_tasks,
             store=store,
-            run_name=name,
-            params=params,
-            env_spec=f"finqa-lite:{levels}",
+            run_name="demos",
+            params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
+            env_spec=TRAIN_ENV,
             grader=outcome,
-            tool_format=rl_cfg.rollout.tool_format,
+            tool_format=sft_cfg.rollout.tool_format,
             seed=rl_cfg.seed,
             progress=progress,
         )
-        seconds[f"eval_{name}"] = time.perf_counter() - start
+        seconds["demos"] = time.perf_counter() - start
 
-    run_eval("baseline", "held-out", settings.eval_tasks)
-    if settings.ood:
-        run_eval("baseline-ood", "ood", settings.ood_tasks)
+        start = time.perf_counter()
+        imitated = train(
+            sft_cfg, run_dir / "imitation", components=Components(train_env, policy, outcome, store), progress=progress
+        )
+        seconds["imitation"] = time.perf_counter() - start
+        if settings.eval_after_imitation:
+            run_eval("imitation", "held-out", settings.eval_tasks)
 
-    start = time.perf_counter()
-    oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
-    evaluate(
-        train_env,
-        oracle,
-        split="train",
-        samples=1,
-        tasks=settings.demo_tasks,
-        store=store,
-        run_name="demos",
-        params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
-        env_spec=TRAIN_ENV,
-        grader=outcome,
-        tool_format=sft_cfg.rollout.tool_format,
-        seed=rl_cfg.seed,
-        progress=progress,
-    )
-    seconds["demos"] = time.perf_counter() - start
-
-    start = time.perf_counter()
-    imitated = train(
-        sft_cfg, run_dir / "imitation", components=Components(train_env, policy, outcome, store), progress=progress
-    )
-    seconds["imitation"] = time.perf_counter() - start
-    if settings.eval_after_imitation:
-        run_eval("imitation", "held-out", settings.eval_tasks)
-
-    start = time.perf_counter()
-    trained = train(rl_cfg, run_dir, components=Components(train_env, policy, rl_grader, store), progress=progress)
-    seconds["rl"] = time.perf_counter() - start
-    run_eval("final", "held-out", settings.eval_tasks)
-    if settings.ood:
-        run_eval("final-ood", "ood", settings.ood_tasks)
-    seconds["total"] = time.perf_counter() - t0
-    result = AgenticResult(
-        run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": imitated.steps, "rl": trained.steps}
-    )
-    summary = result.summary()
-    summary["paired"] = paired_tests(evals)
-    (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))
-    write_report(run_dir)
-    store.close()
-    close = getattr(policy, "close", None)
-    if close is not None:
-        close()
+        start = time.perf_counter()
+        trained = train(rl_cfg, run_dir, components=Components(train_env, policy, rl_grader, store), progress=progress)
+        seconds["rl"] = time.perf_counter() - start
+        run_eval("final", "held-out", settings.eval_tasks)
+        if settings.ood:
+            run_eval("final-ood", "ood", settings.ood_tasks)
+        seconds["total"] = time.perf_counter() - t0
+        result = AgenticResult(
+            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": imitated.steps, "rl": trained.steps}
+        )
+        summary = result.summary()
+        summary["paired"] = paired_tests(evals)
+        (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))
+        write_report(run_dir)
+    finally:
+        store.close()
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
     return result
 
 

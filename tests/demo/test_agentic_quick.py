@@ -26,6 +26,13 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     with pytest.raises(ConfigError):
         run_agentic(tmp_path / "never", AgenticSettings.preset(True), ["rl.optimizer.lr=-1"], progress=False)
     assert not (tmp_path / "never").exists()
+    with pytest.raises(ConfigError, match=r"all weights \(full\), not lora"):
+        agentic_configs(tmp_path, False, ["policy.finetune=lora"])
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "agentrft.db").write_text("")
+    with pytest.raises(ConfigError, match="is not empty"):
+        run_agentic(used, AgenticSettings.preset(True), ["policy.name=tiny"], progress=False)
 
 
 def test_quick_recipe_on_the_tiny_model(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams
-from agentrft.samplers.hf import HFSampler, _sdpa_gqa
+from agentrft.samplers.hf import GQA_SWITCH, HFSampler
 from agentrft.samplers.hf_decode import DecodeSpec, RowState, RunningBatch, make_generator
 from agentrft.samplers.policies import PolicyError, load_trainable_policy, tiny_model_and_tokenizer
 
@@ -23,23 +23,37 @@ def _prompt(tok) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def test_grouped_query_sdpa_is_the_same_function() -> None:
-    """The tiny model has 4 query heads over 2 KV heads: with and without `enable_gqa`, same logits (padded
-    batch, so the masked path) and the switch is restored on exit."""
+def test_grouped_query_sdpa_is_the_same_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny model has 4 query heads over 2 KV heads: with and without `enable_gqa`, the same logits (a
+    padded batch, so the masked path) and the same fp32 gradients (the trainer runs through it too)."""
     model, _ = tiny_model_and_tokenizer(seed=3)
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     ids = torch.randint(5, 200, (2, 40))
     mask = torch.ones_like(ids)
     mask[1, :9] = 0
-    before = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
-    with torch.no_grad():
-        plain = model(input_ids=ids, attention_mask=mask).logits
-        with _sdpa_gqa():
-            assert os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] == "1"
-            grouped = model(input_ids=ids, attention_mask=mask).logits
-    assert os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == before
+
+    def run(switch: str) -> tuple[torch.Tensor, torch.Tensor]:
+        monkeypatch.setenv(GQA_SWITCH, switch)
+        model.zero_grad()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits[0, -3:].logsumexp(-1).sum().backward()
+        return logits.detach(), model.model.layers[0].self_attn.k_proj.weight.grad.clone()
+
+    plain, plain_grad = run("0")
+    grouped, grouped_grad = run("1")
     assert torch.allclose(plain[0], grouped[0], atol=1e-6, rtol=0)
     assert torch.allclose(plain[1, 9:], grouped[1, 9:], atol=1e-6, rtol=0)
+    assert torch.allclose(plain_grad, grouped_grad, atol=1e-6, rtol=1e-5)
+
+
+def test_the_switch_is_set_once_and_a_users_value_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = tiny_model_and_tokenizer(seed=3)
+    monkeypatch.delenv(GQA_SWITCH, raising=False)
+    HFSampler(model, tok, policy="tiny").close()
+    assert os.environ[GQA_SWITCH] == "1"
+    monkeypatch.setenv(GQA_SWITCH, "0")
+    HFSampler(model, tok, policy="tiny").close()
+    assert os.environ[GQA_SWITCH] == "0"
 
 
 def test_bf16_keeps_the_kv_in_bf16_and_samples_what_bf16_autocast_computes() -> None:

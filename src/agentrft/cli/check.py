@@ -13,7 +13,9 @@ def check_command(
     env: str = typer.Option(..., "--env", help="Environment spec, e.g. finqa-lite:1."),
     policy: str = typer.Option("smollm2-135m", "--policy", help="smollm2-135m | tiny | hf:PATH | openai:MODEL"),
     samples: int = typer.Option(8, "--samples", min=2, help="Samples per task (k)."),
-    tasks: int = typer.Option(20, "--tasks", min=1, help="Number of tasks (the first M of the split)."),
+    tasks: int = typer.Option(
+        20, "--tasks", min=1, help="Number of tasks (the first M of the split, of each level where tasks have levels)."
+    ),
     split: str = typer.Option("train", "--split", help="train | held-out | ood"),
     temperature: float = typer.Option(1.0, "--temperature", min=0.0),
     db: Path | None = typer.Option(None, "--db", help="Keep the sampled trajectories in this store."),

@@ -18,7 +18,9 @@ def rollout(
         help="Policy: smollm2-135m, tiny, hf:PATH, openai:MODEL, oracle[:POLICY] (the env's expert).",
     ),
     split: str = typer.Option("train", "--split"),
-    num_tasks: int = typer.Option(8, "--tasks", min=1, help="How many tasks of the split (first N)."),
+    num_tasks: int = typer.Option(
+        8, "--tasks", min=1, help="How many tasks of the split (the first N, of each level where tasks have levels)."
+    ),
     samples: int = typer.Option(1, "--samples", min=1, help="Episodes per task (the GRPO group size)."),
     tool_format: str = typer.Option("xml", "--tool-format", help="xml, hermes or native."),
     temperature: float = typer.Option(1.0, "--temperature", min=0.0),
@@ -37,7 +39,9 @@ def rollout(
 
     # Errors of the environment spec, its data and the policy name exit 2 (cli.support).
     env = make_env(env_spec)
-    tasks = env.tasks(split)[:num_tasks]
+    from agentrft.eval.harness import select_tasks
+
+    tasks = select_tasks(env.tasks(split), num_tasks)
     if not tasks:
         raise fail(f"environment {env_spec!r} has no tasks in split {split!r}")
     sampler = load_policy(policy, env=env)

@@ -338,6 +338,7 @@ def select_tasks(tasks: Sequence[Task], limit: int | None) -> list[Task]:
     chosen = []
     for task in tasks:
         level = task.data.get("level") if isinstance(task.data, dict) else None
+        level = level if isinstance(level, int | str) else None  # only scalar levels group tasks
         if taken.get(level, 0) < limit:
             taken[level] = taken.get(level, 0) + 1
             chosen.append(task)

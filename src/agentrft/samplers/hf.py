@@ -96,6 +96,7 @@ class HFSampler(InProcessPolicy):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+        enable_sdpa_gqa()
         super().__init__(model, tokenizer, policy, device=device, dtype=dtype, policy_version=policy_version)
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
@@ -204,13 +205,24 @@ class HFSampler(InProcessPolicy):
                     time.sleep(0.002 if pending else 0)
                     continue
                 self._model_lock.acquire()
-                was_training = self.model.training
-                self.model.eval()
-                compute = self._compute_context()
-                compute.__enter__()
-                kv_dtype = torch.bfloat16 if self.precision == "bf16" else None
-                self.prefix_cache.dtype = kv_dtype
-                batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache, kv_dtype=kv_dtype)
+                was_training, entered = self.model.training, False
+                try:
+                    self.model.eval()
+                    compute = self._compute_context()
+                    compute.__enter__()
+                    entered = True
+                    kv_dtype = torch.bfloat16 if self.precision == "bf16" else None
+                    self.prefix_cache.dtype = kv_dtype
+                    batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache, kv_dtype=kv_dtype)
+                except Exception as exc:  # the waiting requests fail; the model and its lock are given back
+                    if entered:
+                        compute.__exit__(None, None, None)
+                    self.model.train(was_training)
+                    self._model_lock.release()
+                    error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")
+                    while pending:
+                        _resolve(pending.popleft(), exc=error)
+                    continue
             admit: list[_Pending] = []
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
             # waiting, or the oldest request has waited admit_max_wait_s.
@@ -274,18 +286,13 @@ class HFSampler(InProcessPolicy):
 
     @contextlib.contextmanager
     def _compute_context(self) -> Iterator[None]:
-        """What a batch runs under, from its first admission to its last row (the engine holds the model).
-
-        * SDPA attends grouped-query heads directly (`enable_gqa`) instead of first copying each layer's
-          whole KV cache to repeat its heads (transformers' `repeat_kv`); the same result (checked in
-          the tests), a third less time per decode step on long contexts.
-        * `precision="bf16"`: bf16 autocast with its weight-cast cache, so each weight is cast once
-          per batch, not once per decode step (the weights do not change while the engine holds the
-          model). The cache works under `no_grad`, not `inference_mode`, so bf16 batches use that."""
+        """What a batch runs under, from its first admission to its last row (the engine holds the model):
+        with `precision="bf16"`, bf16 autocast with its weight-cast cache, so each weight is cast once per
+        batch, not once per decode step (the weights do not change while the engine holds the model); the
+        cache works under `no_grad`, not `inference_mode`, so bf16 batches use that."""
         import torch
 
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_sdpa_gqa())
             if self.precision == "bf16":
                 stack.enter_context(torch.no_grad())
                 stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=True))
@@ -316,19 +323,16 @@ class HFSampler(InProcessPolicy):
         )
 
 
-@contextlib.contextmanager
-def _sdpa_gqa() -> Iterator[None]:
-    """transformers' SDPA attention with `enable_gqa` (its documented switch, read at every call)."""
-    key = "TRANSFORMERS_SDPA_FORCE_GQA"
-    before = os.environ.get(key)
-    os.environ[key] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
+GQA_SWITCH = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
+def enable_sdpa_gqa() -> None:
+    """Have transformers' SDPA attention attend grouped-query heads directly (`enable_gqa`, its documented
+    switch) instead of first copying each layer's whole KV to repeat its heads (`repeat_kv`): the same
+    function (tested), a third less time per decode step on long contexts. Set once for the process and
+    never unset (the variable is process-wide; toggling it would race with other threads); a value the
+    user set is kept."""
+    os.environ.setdefault(GQA_SWITCH, "1")
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:

@@ -46,6 +46,11 @@ def test_explicit_limits_apply_to_every_task() -> None:
     env = FinqaLiteEnv(levels=(1, 4), seed=0, limits=LEVEL_LIMITS[2])
     task = next(t for t in env.tasks("train") if t.data["level"] == 4)
     assert env.task_limits(task) == LEVEL_LIMITS[2]
+    # limits set after construction (benchmarks/rollout_bench.py does) apply to every task too
+    later = FinqaLiteEnv(levels=(1, 4), seed=0)
+    assert later.task_limits(task) == LEVEL_LIMITS[4]
+    later.limits = later.limits.model_copy(update={"max_turns": 2})
+    assert later.task_limits(task).max_turns == 2
 
 
 def test_an_eval_takes_the_first_tasks_of_each_level(mixed: FinqaLiteEnv) -> None:

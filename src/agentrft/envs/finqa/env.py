@@ -129,8 +129,11 @@ class FinqaLiteEnv(Environment):
         return self.tool_schemas() if level is None else _schemas((level,))
 
     def task_limits(self, task: Task) -> EnvLimits:
+        """The task's level's limits, unless limits were given (to the constructor, or set on `limits`
+        since): those apply to every task."""
         level = self._level(task)
-        return self.limits if self._explicit_limits or level is None else LEVEL_LIMITS[level]
+        given = self._explicit_limits or self.limits != merged_limits(self.levels)
+        return self.limits if given or level is None else LEVEL_LIMITS[level]
 
     def initial_messages(self, task: Task) -> list[Message]:
         level = self._level(task)
