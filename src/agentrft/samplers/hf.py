@@ -219,9 +219,9 @@ class HFSampler(InProcessPolicy):
                         compute.__exit__(None, None, None)
                     self.model.train(was_training)
                     self._model_lock.release()
-                    error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")
+                    start_failed = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")
                     while pending:
-                        _resolve(pending.popleft(), exc=error)
+                        _resolve(pending.popleft(), exc=start_failed)
                     continue
             admit: list[_Pending] = []
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
