@@ -113,3 +113,31 @@ def test_bad_precision_is_refused() -> None:
         load_trainable_policy("tiny", precision="fp16")
     with pytest.raises(PolicyError, match="reference sampler computes in fp32"):
         load_trainable_policy("tiny", sampler="reference", precision="bf16")
+
+
+def test_a_batch_that_cannot_start_fails_its_requests_and_gives_the_model_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agentrft.samplers.hf_decode as hf_decode
+
+    real = hf_decode.RunningBatch
+    calls = []
+
+    def once_broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("no room for the cache")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_decode, "RunningBatch", once_broken)  # the engine thread imports it when it starts
+    s = load_trainable_policy("tiny", seed=6, precision="bf16")
+    prompt = s.render([{"role": "user", "content": "Hi"}])
+    try:
+        with pytest.raises(RuntimeError, match="HF sampler failed: MemoryError: no room for the cache"):
+            asyncio.run(s.sample(SampleRequest(prompt, PARAMS)))
+        with s.paused():  # the lock was given back: this does not block
+            pass
+        ok = asyncio.run(s.sample(SampleRequest(prompt, PARAMS)))
+        assert len(ok.token_ids) > 0 and len(calls) == 2
+    finally:
+        s.close()
