@@ -129,10 +129,38 @@ def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[A
     return sft, rl
 
 
+SETTINGS_NAME = "agentic-settings.json"
+
+
+def finished_eval(store: Any, name: str) -> Any:
+    """The EvalResult of the finished eval run called `name` (None if there is none); an unfinished run of that
+    name (a recipe stopped inside it) is deleted with its trajectories, to be played again."""
+    from agentrft.eval.harness import result_from_run
+
+    done = None
+    for run in store.list_runs():
+        if run.name != name:
+            continue
+        if "result" in run.metadata:
+            done = result_from_run(run)
+        else:
+            store.delete_run(run.id)
+    return done
+
+
 def run_agentic(
-    run_dir: Path, settings: AgenticSettings, overrides: list[str] | None = None, progress: bool = True
+    run_dir: Path,
+    settings: AgenticSettings,
+    overrides: list[str] | None = None,
+    progress: bool = True,
+    resume: bool = False,
 ) -> AgenticResult:
-    """Baseline evals, oracle demonstrations, imitation, (eval), GRPO with the curriculum, final evals, report."""
+    """Baseline evals, oracle demonstrations, imitation, (eval), GRPO with the curriculum, final evals, report.
+
+    ``resume``: continue a recipe that stopped (killed, or out of time) in ``run_dir`` with the same settings
+    and overrides: finished evals and demonstrations are kept (an unfinished one is played again), a finished
+    imitation's weights are loaded from ``RUN_DIR/imitation/policy``, a stopped SFT or GRPO run resumes from its
+    latest checkpoint (`train(..., resume=True)`)."""
     from agentrft.envs.registry import make_env
     from agentrft.eval.harness import evaluate
     from agentrft.eval.report import write_report
@@ -146,16 +174,26 @@ def run_agentic(
 
     run_dir = Path(run_dir)
     sft_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
-    if run_dir.exists() and any(run_dir.iterdir()):
+    chosen = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(
-            f"demo --agentic: run dir {run_dir} is not empty (the recipe starts from nothing: pick a new one)"
+            f"demo --agentic: run dir {run_dir} is not empty (pick a new one, or --resume a stopped recipe)"
         )
+    if resume:
+        if not (run_dir / SETTINGS_NAME).is_file():
+            raise ConfigError(f"demo --agentic --resume: {run_dir} holds no agentic recipe ({SETTINGS_NAME} missing)")
+        if json.loads((run_dir / SETTINGS_NAME).read_text()) != chosen:
+            raise ConfigError(
+                f"demo --agentic --resume: the settings or --set overrides differ from those {run_dir} was started "
+                f"with (see {run_dir / SETTINGS_NAME})"
+            )
     levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
     eval_env = make_env(f"finqa-lite:{levels}")
     train_env = make_env(TRAIN_ENV)
     outcome = load_grader(train_env.grader_spec())
     rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SETTINGS_NAME).write_text(json.dumps(chosen, indent=2))
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     policy = load_trainable_policy(
@@ -168,6 +206,9 @@ def run_agentic(
         evals: dict[str, Any] = {}
 
         def run_eval(name: str, split: str, tasks: int) -> None:
+            if resume and (done := finished_eval(store, name)) is not None:
+                evals[name] = done
+                return
             policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
             start = time.perf_counter()
             evals[name] = evaluate(
@@ -193,40 +234,55 @@ def run_agentic(
 
         start = time.perf_counter()
         oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
-        evaluate(
-            train_env,
-            oracle,
-            split="train",
-            samples=1,
-            tasks=settings.demo_tasks,
-            store=store,
-            run_name="demos",
-            params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
-            env_spec=TRAIN_ENV,
-            grader=outcome,
-            tool_format=sft_cfg.rollout.tool_format,
-            seed=rl_cfg.seed,
-            progress=progress,
-        )
+        if not (resume and finished_eval(store, "demos") is not None):
+            evaluate(
+                train_env,
+                oracle,
+                split="train",
+                samples=1,
+                tasks=settings.demo_tasks,
+                store=store,
+                run_name="demos",
+                params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
+                env_spec=TRAIN_ENV,
+                grader=outcome,
+                tool_format=sft_cfg.rollout.tool_format,
+                seed=rl_cfg.seed,
+                progress=progress,
+            )
         seconds["demos"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        imitated = train(
-            sft_cfg, run_dir / "imitation", components=Components(train_env, policy, outcome, store), progress=progress
-        )
+        imitation_dir = run_dir / "imitation"
+        if resume and (imitation_dir / "policy").is_dir():
+            steps_done = load_weights(policy, imitation_dir / "policy", sft_cfg.steps)
+        else:
+            steps_done = train(
+                sft_cfg,
+                imitation_dir,
+                resume=resume and (imitation_dir / "config.yaml").is_file(),
+                components=Components(train_env, policy, outcome, store),
+                progress=progress,
+            ).steps
         seconds["imitation"] = time.perf_counter() - start
         if settings.eval_after_imitation:
             run_eval("imitation", "held-out", settings.eval_tasks)
 
         start = time.perf_counter()
-        trained = train(rl_cfg, run_dir, components=Components(train_env, policy, rl_grader, store), progress=progress)
+        trained = train(
+            rl_cfg,
+            run_dir,
+            resume=resume and (run_dir / "config.yaml").is_file(),
+            components=Components(train_env, policy, rl_grader, store),
+            progress=progress,
+        )
         seconds["rl"] = time.perf_counter() - start
         run_eval("final", "held-out", settings.eval_tasks)
         if settings.ood:
             run_eval("final-ood", "ood", settings.ood_tasks)
         seconds["total"] = time.perf_counter() - t0
         result = AgenticResult(
-            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": imitated.steps, "rl": trained.steps}
+            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": steps_done, "rl": trained.steps}
         )
         summary = result.summary()
         summary["paired"] = paired_tests(evals)
@@ -238,6 +294,18 @@ def run_agentic(
         if close is not None:
             close()
     return result
+
+
+def load_weights(policy: Any, path: Path, version: int) -> int:
+    """Load a finished stage's exported weights (`RUN_DIR/imitation/policy`) into the in-process policy and
+    tell its sampler (`weights_updated`); returns `version`, the stage's steps."""
+    from agentrft.samplers.policies import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(f"hf:{path}")
+    with policy.paused():
+        policy.model.load_state_dict(model.state_dict())
+    policy.weights_updated(version)
+    return version
 
 
 def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:

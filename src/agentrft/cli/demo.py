@@ -30,6 +30,9 @@ def demo_cmd(
         help=(f"Samples per task (default {_FULL.eval_samples}; quick {_QUICK.eval_samples})."),
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the before/after summary as JSON."),
+    resume: bool = typer.Option(
+        False, "--resume", help="With --agentic: continue a stopped recipe in --run-dir (finished stages are kept)."
+    ),
     agentic: bool = typer.Option(
         False,
         "--agentic",
@@ -45,8 +48,11 @@ def demo_cmd(
     from agentrft.train.config import ConfigError
 
     if agentic:
-        _agentic(quick, run_dir, list(set_), eval_tasks, eval_samples, as_json)
+        _agentic(quick, run_dir, list(set_), eval_tasks, eval_samples, as_json, resume)
         return
+    if resume:
+        typer.echo("error: --resume continues an --agentic recipe (a plain demo is re-run from the start)", err=True)
+        raise typer.Exit(2)
     settings = DemoSettings.preset(quick)
     if eval_tasks is not None:
         settings.eval_tasks = eval_tasks
@@ -77,7 +83,13 @@ def demo_cmd(
 
 
 def _agentic(
-    quick: bool, run_dir: Path | None, sets: list[str], eval_tasks: int | None, eval_samples: int | None, as_json: bool
+    quick: bool,
+    run_dir: Path | None,
+    sets: list[str],
+    eval_tasks: int | None,
+    eval_samples: int | None,
+    as_json: bool,
+    resume: bool,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -91,9 +103,12 @@ def _agentic(
         settings.eval_tasks = eval_tasks
     if eval_samples is not None:
         settings.eval_samples = eval_samples
+    if resume and run_dir is None:
+        typer.echo("error: --resume needs the --run-dir of the recipe to continue", err=True)
+        raise typer.Exit(2)
     run_dir = run_dir or Path("runs") / f"agentic-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = run_agentic(run_dir, settings, sets, progress=not as_json)
+        result = run_agentic(run_dir, settings, sets, progress=not as_json, resume=resume)
     except (ConfigError, InputError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

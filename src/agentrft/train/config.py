@@ -397,7 +397,7 @@ _AGENTIC_IMITATION: dict[str, Any] = {
     "sft": {"batch_size": 8},
     "rollout": {"env": _AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
     "optimizer": {**_SFT["optimizer"], "warmup_steps": 2},
-    "checkpoint": {"every_steps": 0, "keep_last": 1},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
 }
 # RL from the imitated weights: GRPO with the curriculum over levels, the outcome plus a share of the process
 # credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
