@@ -252,37 +252,35 @@ def run_agentic(
             )
         seconds["demos"] = time.perf_counter() - start
 
+        def stage(cfg: Any, where: Path, grader: Any) -> int:
+            """Train one stage on the in-process policy; a stopped one resumes from its checkpoint."""
+            return train(
+                cfg,
+                where,
+                resume=resume and (where / "config.yaml").is_file(),
+                components=Components(train_env, policy, grader, store),
+                progress=progress,
+            ).steps
+
         start = time.perf_counter()
         imitation_dir = run_dir / "imitation"
         if resume and (imitation_dir / "policy").is_dir():
             steps_done = load_weights(policy, imitation_dir / "policy", sft_cfg.steps)
         else:
-            steps_done = train(
-                sft_cfg,
-                imitation_dir,
-                resume=resume and (imitation_dir / "config.yaml").is_file(),
-                components=Components(train_env, policy, outcome, store),
-                progress=progress,
-            ).steps
+            steps_done = stage(sft_cfg, imitation_dir, outcome)
         seconds["imitation"] = time.perf_counter() - start
         if settings.eval_after_imitation:
             run_eval("imitation", "held-out", settings.eval_tasks)
 
         start = time.perf_counter()
-        trained = train(
-            rl_cfg,
-            run_dir,
-            resume=resume and (run_dir / "config.yaml").is_file(),
-            components=Components(train_env, policy, rl_grader, store),
-            progress=progress,
-        )
+        rl_steps = stage(rl_cfg, run_dir, rl_grader)
         seconds["rl"] = time.perf_counter() - start
         run_eval("final", "held-out", settings.eval_tasks)
         if settings.ood:
             run_eval("final-ood", "ood", settings.ood_tasks)
         seconds["total"] = time.perf_counter() - t0
         result = AgenticResult(
-            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": steps_done, "rl": trained.steps}
+            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": steps_done, "rl": rl_steps}
         )
         summary = result.summary()
         summary["paired"] = paired_tests(evals)
