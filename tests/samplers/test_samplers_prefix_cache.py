@@ -27,7 +27,9 @@ def model_tok():
 
 
 def make(model_tok, **kw) -> HFSampler:
+    """A sampler whose cache keeps shared prefixes only, unless remember_turns=True (finished turns too)."""
     model, tok = model_tok
+    kw.setdefault("remember_turns", False)
     return HFSampler(model, tok, "tiny", prefix_min_tokens=kw.pop("prefix_min_tokens", 16), **kw)
 
 
@@ -126,7 +128,7 @@ def test_cache_reused_across_rounds_and_turns(model_tok) -> None:
 
 def test_weight_change_invalidates(model_tok) -> None:
     model, tok = tiny_model_and_tokenizer(seed=1)
-    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16)
+    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16, remember_turns=False)
     ps = prompts(s, QUESTIONS[:3])
 
     def fill() -> None:  # two prompts admitted together store their shared prefix
@@ -161,7 +163,7 @@ def test_weight_change_invalidates(model_tok) -> None:
 
 def test_memory_bound_and_lru(model_tok) -> None:
     model, tok = model_tok
-    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16, prefix_cache_tokens=120)
+    s = HFSampler(model, tok, "tiny", prefix_min_tokens=16, prefix_cache_tokens=120, remember_turns=False)
     systems = [f"System prompt number {i}. " + SYSTEM for i in range(3)]
     for sysmsg in systems:
         ps = [s.render([{"role": "system", "content": sysmsg}, {"role": "user", "content": q}]) for q in QUESTIONS[:2]]
@@ -238,3 +240,26 @@ def test_nested_shared_prefixes_in_one_round(model_tok) -> None:
     assert cached.stats["prefill_tokens"] == root + sum(k - root for k in kids) + sum(
         len(p) - kids[i // 2] for i, p in enumerate(ps)
     )
+
+
+def test_the_next_turn_prefills_only_what_was_appended(model_tok) -> None:
+    """Turn 2's prompt is turn 1's prompt + reply + a tool result: with the finished turn's KV cached it
+    prefills only past the reply, and samples what the uncached path samples."""
+    s = make(model_tok, remember_turns=True)
+    p1 = prompts(s, QUESTIONS[:1])[0]
+    first = run(s.sample(SampleRequest(p1, GREEDY)))
+    assert len(first.token_ids) >= 2
+    tool = s.tokenizer.encode(" The calculator says 42. Now answer.", add_special_tokens=False)
+    p2 = p1 + first.token_ids + tool
+    before = dict(s.stats)
+    second = run(s.sample(SampleRequest(p2, GREEDY)))
+    reused = s.stats["reused_tokens"] - before["reused_tokens"]
+    prefilled = s.stats["prefill_tokens"] - before["prefill_tokens"]
+    assert reused == len(p1) + len(first.token_ids) - 1  # all but the reply's last token, never fed
+    assert prefilled == len(p2) - reused
+    plain = make(model_tok, prefix_cache_tokens=0)
+    assert_same(run(plain.sample(SampleRequest(p2, GREEDY))), second)
+    # off: the finished turn is not kept (only shared prefixes are)
+    off = make(model_tok)
+    run(off.sample(SampleRequest(p1, GREEDY)))
+    assert len(off.prefix_cache) == 0

@@ -26,7 +26,8 @@ whatever their `group_key`, and decode from one stored copy of their KV (see
 prefix (the environment's system prompt and examples, a group's question) have
 that prefix prefilled once, and it stays in a small LRU prefix KV cache
 (`prefix_cache_tokens` positions; 0 turns it off) that later admissions and
-later turns reuse (see `prefix_cache`). The cache holds KV of the current weights only: `weights_updated`
+later turns reuse; a finished request's prompt and reply go there too, so an
+episode's next turn prefills only what was appended (see `prefix_cache`). The cache holds KV of the current weights only: `weights_updated`
 is the one signal that they changed, and `paused()` frees the cache's memory for
 the trainer at once. Whoever changes the weights another way must call
 `weights_updated`. Unseeded requests get a seed derived from
@@ -86,8 +87,9 @@ class HFSampler(InProcessPolicy):
         admit_fraction: float = 0.25,
         admit_max_wait_s: float = 0.5,
         policy_version: int = 0,
-        prefix_cache_tokens: int = 4096,
+        prefix_cache_tokens: int = 8192,
         prefix_min_tokens: int = 64,
+        remember_turns: bool = True,
         precision: str = "fp32",
     ) -> None:
         from agentrft.samplers.prefix_cache import PrefixCache
@@ -103,7 +105,9 @@ class HFSampler(InProcessPolicy):
         self.admit_fraction = admit_fraction
         self.admit_max_wait_s = admit_max_wait_s
         # Prefix KV cache (engine thread only), valid for one weights epoch: weights_updated() bumps it.
-        self.prefix_cache = PrefixCache(max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens)
+        self.prefix_cache = PrefixCache(
+            max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens, remember_turns=remember_turns
+        )
         self.precision = precision
         self._weights_epoch = 0
         self._model_lock = threading.Lock()  # held by the engine while a batch runs, and by paused()

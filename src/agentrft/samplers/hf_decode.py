@@ -55,7 +55,7 @@ from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
 from agentrft.samplers.distribution import Distribution
 from agentrft.samplers.hf_prefill import cache_kw, out_cache, prefill_prompts
 from agentrft.samplers.kv_cache import RoomyLayer, cache_of
-from agentrft.samplers.prefix_cache import KV, PrefixCache
+from agentrft.samplers.prefix_cache import KV, PrefixCache, as_tokens
 
 
 @dataclass
@@ -68,6 +68,7 @@ class RowState:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     owner: Any = None  # the caller's handle (HFSampler: the request and its future)
+    prompt_ids: list[int] = field(default_factory=list)  # what the row was prefilled with (set by `admit`)
 
 
 def make_generator(params: SamplingParams, device: torch.device, seed: int) -> torch.Generator | None:
@@ -250,6 +251,8 @@ class RunningBatch:
             self.visible = torch.cat([pad_to(pad_to(self.visible, 2, length, left=True), 1, w_all, left=False), vis])
             self.logits = torch.cat([self.logits, new_logits])
             self.next_pos = torch.cat([self.next_pos, new_pos])
+        for row, req in zip(rows, requests, strict=True):
+            row.prompt_ids = list(req.prompt_ids)
         self.rows.extend(rows)
         self.slot.extend(placed)
 
@@ -259,6 +262,26 @@ class RunningBatch:
         self.prefill_tokens += computed
         self.reused_tokens += reused
         return caches, last
+
+    def _remember_turns(self, finished: list[int]) -> None:
+        """Put each finished row's KV (its prompt and every sampled token but the last, which was never fed)
+        in the prefix cache: an agent's next turn starts with this turn's prompt and reply, so it prefills only
+        the tool result and what follows instead of the whole conversation again. A row's columns are those its
+        visibility row shows (its prompt's, then its own tokens'), gathered from its cache row."""
+        pc = self.prefix_cache
+        if pc is None or not pc.enabled or not pc.remember_turns or self.cache is None:
+            return
+        for a in finished:
+            row = self.rows[a]
+            tokens = row.prompt_ids + row.token_ids[:-1]
+            if not pc.min_tokens <= len(tokens) <= pc.max_tokens:
+                continue
+            c, s = self.slot[a]
+            cols = self.visible[c, s].nonzero()[:, 0]
+            if cols.numel() != len(tokens):  # never expected: a row sees exactly its prompt and fed tokens
+                continue
+            kv = [(la.keys[c : c + 1, :, cols], la.values[c : c + 1, :, cols]) for la in self.cache.layers]
+            pc.add(as_tokens(tokens), kv)
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""
@@ -329,6 +352,7 @@ class RunningBatch:
             if row.finish_reason is not None:
                 done_rows.append(row)
         if done_rows:
+            self._remember_turns([a for a, r in enumerate(self.rows) if r.finish_reason is not None])
             alive = [a for a, r in enumerate(self.rows) if r.finish_reason is None]
             ids = [ids[a] for a in alive]
             self._keep(alive)

@@ -5,8 +5,10 @@ with the same system prompt, tool instructions and worked examples, the
 episodes of one GRPO group share their task question, and turn k+1 of an
 episode starts with turn k's prompt. Prefill of those prefixes dominates
 sampling on a CPU. `PrefixCache` keeps the key/value tensors of recently used
-shared prefixes so that a later prompt only prefills what follows the longest
-cached match.
+shared prefixes, and (``remember_turns``) of each finished request's prompt and
+reply, so that a later prompt only prefills what follows the longest cached
+match: the next turn of an episode prefills its tool result, not the whole
+conversation again.
 
 An entry serves any prompt whose *longest common prefix* with it is at least
 `min_tokens` long: its KV is sliced to that length (KV at position i depends
@@ -63,11 +65,12 @@ def as_tokens(ids: Sequence[int]) -> np.ndarray:
 class PrefixCache:
     """LRU of prefix KV caches, bounded by total cached positions; see the module docstring."""
 
-    def __init__(self, max_tokens: int = 4096, min_tokens: int = 64) -> None:
+    def __init__(self, max_tokens: int = 4096, min_tokens: int = 64, remember_turns: bool = True) -> None:
         if max_tokens < 0 or min_tokens < 1:
             raise ValueError(f"PrefixCache needs max_tokens >= 0 and min_tokens >= 1, got {max_tokens}, {min_tokens}")
         self.max_tokens = max_tokens
         self.min_tokens = min_tokens
+        self.remember_turns = remember_turns  # also keep each finished request's KV (the engine's next turns)
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # oldest use first
         self._next_id = 0
         self._key: Hashable = None
