@@ -1,10 +1,11 @@
 """Long multi-turn episodes: a finqa-lite level-3 eval through the HF engine.
 
     .venv/bin/python benchmarks/long_episodes.py [--level 3] [--tasks 32] [--samples 2] [--policy smollm2-135m]
-        [--set prefix_cache_tokens=16384] [--dtype bf16]
+        [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0]
 
 Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's
-prefilled vs reused (shared or cached) prompt tokens, prefill and decode seconds,
+prefilled vs reused (shared or cached) prompt tokens, the share of the batch KV
+cache that is left padding (summed at each admission), prefill and decode seconds,
 sampled tokens, and the fraction of the bf16 matmul bound reached on the tokens
 actually computed (2 x parameters x (prefilled + sampled tokens) / engine
 seconds, over the peak bf16 matmul rate `--peak-gflops` measured by a square
@@ -76,6 +77,8 @@ def main() -> None:
     for key, value in parse_sets(args.sets).items():
         if key == "prefix_cache_tokens":
             sampler.prefix_cache.max_tokens = int(value)
+        elif key == "remember_turns":
+            sampler.prefix_cache.remember_turns = bool(value)
         else:
             setattr(sampler, key, value)
     load_s = time.perf_counter() - t_load
@@ -113,6 +116,7 @@ def main() -> None:
         "sampled_tokens": st["tokens"],
         "requests": st["requests"],
         "decode_steps": st["steps"],
+        "kv_padding_fraction": round(1 - st["kv_used_positions"] / max(st["kv_positions"], 1), 3),
         "prefill_s": round(st["prefill_s"], 1),
         "decode_s": round(st["decode_s"], 1),
         "model_dtype": str(next(sampler.model.parameters()).dtype),

@@ -263,3 +263,13 @@ def test_the_next_turn_prefills_only_what_was_appended(model_tok) -> None:
     off = make(model_tok)
     run(off.sample(SampleRequest(p1, GREEDY)))
     assert len(off.prefix_cache) == 0
+
+
+def test_padding_between_rows_of_different_lengths_is_measured(model_tok) -> None:
+    s = make(model_tok, prefix_cache_tokens=0)
+    short = s.render([{"role": "user", "content": "Hi"}])
+    long = s.render([{"role": "user", "content": SYSTEM + " " + SYSTEM}])
+    run(_gather(s, [SampleRequest(short, GREEDY), SampleRequest(long, GREEDY)]))
+    st = s.stats
+    assert st["kv_positions"] == 2 * len(long)  # one admission: two cache rows padded to the longer prompt
+    assert st["kv_used_positions"] == len(short) + len(long)

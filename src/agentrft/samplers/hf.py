@@ -119,7 +119,9 @@ class HFSampler(InProcessPolicy):
         # admissions: prefill rounds; prefills: distinct prompts prefilled; steps: decode steps
         _LIVE.add(self)
         # prefill_tokens: prompt positions run through the model; reused_tokens: taken from a shared
-        # or cached prefix instead; prefill_s / decode_s: engine seconds in admissions / decode steps
+        # or cached prefix instead; prefill_s / decode_s: engine seconds in admissions / decode steps;
+        # kv_positions / kv_used_positions: the batch cache's positions after each admission, and those any
+        # request attends to (the rest is left padding between rows of different lengths)
         self.stats = {
             "admissions": 0,
             "requests": 0,
@@ -130,6 +132,8 @@ class HFSampler(InProcessPolicy):
             "reused_tokens": 0,
             "prefill_s": 0.0,
             "decode_s": 0.0,
+            "kv_positions": 0,
+            "kv_used_positions": 0,
         }
 
     # --- TokenSampler -------------------------------------------------------------------------
@@ -253,6 +257,7 @@ class HFSampler(InProcessPolicy):
                         for p in admit
                     ]
                     before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
+                    kv_before = (batch.kv_positions, batch.kv_used_positions)
                     t_admit = time.perf_counter()
                     batch.admit([p.request for p in admit], rows)
                     self.stats["prefill_s"] += time.perf_counter() - t_admit
@@ -261,6 +266,8 @@ class HFSampler(InProcessPolicy):
                     self.stats["admissions"] += 1
                     self.stats["requests"] += len(admit)
                     self.stats["prefills"] += batch.prefills - before[0]
+                    self.stats["kv_positions"] += batch.kv_positions - kv_before[0]
+                    self.stats["kv_used_positions"] += batch.kv_used_positions - kv_before[1]
                 t_step = time.perf_counter()
                 done = batch.step()
                 self.stats["decode_s"] += time.perf_counter() - t_step

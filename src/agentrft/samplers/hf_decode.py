@@ -171,6 +171,10 @@ class RunningBatch:
         self.next_pos = torch.zeros(0, dtype=torch.long, device=device)  # [A] position of the next token
         self.logits: torch.Tensor | None = None  # [A, V] for the token each row picks next
         self.prefills = 0
+        # KV positions allocated (cache rows x length) and those some slot attends to, summed at each
+        # admission: their difference is the left padding that rows of very different lengths cost
+        self.kv_positions = 0
+        self.kv_used_positions = 0
         # Removing a cache row copies the whole cache, so cache rows whose slots all finished stay
         # (decoding dummies) until they are more than this fraction of the cache rows or new rows are
         # admitted (which copies anyway). Freeing a slot costs nothing: slots are renumbered in place.
@@ -255,6 +259,9 @@ class RunningBatch:
             row.prompt_ids = list(req.prompt_ids)
         self.rows.extend(rows)
         self.slot.extend(placed)
+        c_all, _, l_all = self.shape
+        self.kv_positions += c_all * l_all
+        self.kv_used_positions += int(self.visible.any(dim=1).sum())
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
         """Prefill distinct prompts, running each shared or cached prefix through the model once."""
