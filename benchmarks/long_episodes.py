@@ -99,8 +99,8 @@ def main() -> None:
         )
         wall = time.perf_counter() - t0
         store.close()
-    st = dict(sampler.stats)
-    engine_s = st["prefill_s"] + st["decode_s"]
+    st = {"prefill_s": 0.0, "decode_s": 0.0, "kv_positions": 0, "kv_used_positions": 0, **sampler.stats}
+    engine_s = st["prefill_s"] + st["decode_s"] or wall  # engines before these counters: the wall time
     computed = st["prefill_tokens"] + st["tokens"]
     achieved = 2 * params_n * computed / max(engine_s, 1e-9) / 1e9
     out = {
