@@ -133,13 +133,13 @@ SETTINGS_NAME = "agentic-settings.json"
 
 
 def finished_eval(store: Any, name: str) -> Any:
-    """The EvalResult of the finished eval run called `name` (None if there is none); an unfinished run of that
-    name (a recipe stopped inside it) is deleted with its trajectories, to be played again."""
+    """The EvalResult of the finished eval run called `name` (None if there is none); an unfinished eval run of
+    that name (a recipe stopped inside it) is deleted with its trajectories, to be played again."""
     from agentrft.eval.harness import result_from_run
 
     done = None
     for run in store.list_runs():
-        if run.name != name:
+        if run.name != name or run.kind != "eval":  # the SFT run is called "imitation" too
             continue
         if "result" in run.metadata:
             done = result_from_run(run)

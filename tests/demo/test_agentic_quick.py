@@ -56,9 +56,12 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         run_agentic(run_dir, settings, ["policy.name=tiny"], progress=False)
     monkeypatch.setattr(loop, "train", real_train)
     store = Store(run_dir / RUN_STORE_NAME)
-    first = {r.name: r.id for r in store.list_runs()}
+    first = {r.name: r.id for r in store.list_runs() if r.kind == "eval"}
     store.close()
     assert {"baseline", "baseline-ood", "demos", "imitation"} <= set(first)
+    store = Store(run_dir / RUN_STORE_NAME)
+    sft_run = next(r.id for r in store.list_runs() if r.kind == "train")
+    store.close()
     sft_metrics = (run_dir / "imitation" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="differ from those"):
         run_agentic(run_dir, settings, ["policy.name=tiny", "rl.steps=3"], progress=False, resume=True)
@@ -80,7 +83,10 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     ]
     store = Store(run_dir / RUN_STORE_NAME)
     try:
-        runs = {r.name: r for r in store.list_runs()}
+        kinds = sorted((r.name, r.kind) for r in store.list_runs())
+        assert ("imitation", "train") in kinds and ("imitation", "eval") in kinds
+        assert store.has_run(sft_run)  # the SFT run (also named "imitation") was kept
+        runs = {r.name: r for r in store.list_runs() if r.kind == "eval"}
         assert runs["demos"].id == first["demos"]
         demos = store.query_trajectories(run_id=runs["demos"].id)
         # the oracle's demonstrations: 4 per level of the training split, every one a success
