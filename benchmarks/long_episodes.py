@@ -1,7 +1,7 @@
 """Long multi-turn episodes: a finqa-lite level-3 eval through the HF engine.
 
     .venv/bin/python benchmarks/long_episodes.py [--level 3] [--tasks 32] [--samples 2] [--policy smollm2-135m]
-        [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0]
+        [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0] (HFSampler options)
 
 Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's
 prefilled vs reused (shared or cached) prompt tokens, the share of the batch KV
@@ -65,7 +65,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--policy", default="smollm2-135m")
     ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--set", dest="sets", action="append", default=[], help="HFSampler option KEY=VALUE")
+    ap.add_argument(
+        "--set", dest="sets", action="append", default=[], help="HFSampler option KEY=VALUE (precision=bf16, ...)"
+    )
     ap.add_argument("--label", default="")
     args = ap.parse_args()
 
@@ -73,14 +75,7 @@ def main() -> None:
     peak_fp32 = matmul_gflops(torch.float32)
     env = make_env(f"finqa-lite:{args.level}")
     t_load = time.perf_counter()
-    sampler = load_trainable_policy(args.policy, seed=0)
-    for key, value in parse_sets(args.sets).items():
-        if key == "prefix_cache_tokens":
-            sampler.prefix_cache.max_tokens = int(value)
-        elif key == "remember_turns":
-            sampler.prefix_cache.remember_turns = bool(value)
-        else:
-            setattr(sampler, key, value)
+    sampler = load_trainable_policy(args.policy, seed=0, **parse_sets(args.sets))  # HFSampler options
     load_s = time.perf_counter() - t_load
     params_n = sum(p.numel() for p in sampler.model.parameters())
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,6 +92,8 @@ class HFSampler(InProcessPolicy):
         remember_turns: bool = True,
         precision: str = "fp32",
     ) -> None:
+        import torch
+
         from agentrft.samplers.prefix_cache import PrefixCache
 
         if max_batch_size < 1:
@@ -105,10 +107,14 @@ class HFSampler(InProcessPolicy):
         self.admit_fraction = admit_fraction
         self.admit_max_wait_s = admit_max_wait_s
         # Prefix KV cache (engine thread only), valid for one weights epoch: weights_updated() bumps it.
-        self.prefix_cache = PrefixCache(
-            max_tokens=prefix_cache_tokens, min_tokens=prefix_min_tokens, remember_turns=remember_turns
-        )
         self.precision = precision
+        self._kv_dtype = torch.bfloat16 if precision == "bf16" else None  # the batch's and the prefix cache's KV
+        self.prefix_cache = PrefixCache(
+            max_tokens=prefix_cache_tokens,
+            min_tokens=prefix_min_tokens,
+            remember_turns=remember_turns,
+            dtype=self._kv_dtype,
+        )
         self._weights_epoch = 0
         self._model_lock = threading.Lock()  # held by the engine while a batch runs, and by paused()
         self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
@@ -198,7 +204,6 @@ class HFSampler(InProcessPolicy):
 
     def _engine(self) -> None:
         """The engine thread: admit, step, deliver, until closed."""
-        import torch
 
         from agentrft.samplers.hf_decode import RowState, RunningBatch, make_generator
 
@@ -219,9 +224,9 @@ class HFSampler(InProcessPolicy):
                     compute = self._compute_context()
                     compute.__enter__()
                     entered = True
-                    kv_dtype = torch.bfloat16 if self.precision == "bf16" else None
-                    self.prefix_cache.dtype = kv_dtype
-                    batch = RunningBatch(self.model, self._spec, self.device, self.prefix_cache, kv_dtype=kv_dtype)
+                    batch = RunningBatch(
+                        self.model, self._spec, self.device, self.prefix_cache, kv_dtype=self._kv_dtype
+                    )
                 except Exception as exc:  # the waiting requests fail; the model and its lock are given back
                     if entered:
                         compute.__exit__(None, None, None)

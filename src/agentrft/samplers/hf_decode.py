@@ -46,6 +46,7 @@ per cache row, V vocabulary, H kv heads, P prompt length, L cache length, D head
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,14 +282,15 @@ class RunningBatch:
         for a in finished:
             row = self.rows[a]
             tokens = row.prompt_ids + row.token_ids[:-1]
-            if not pc.min_tokens <= len(tokens) <= pc.max_tokens:
-                continue
             c, s = self.slot[a]
             cols = self.visible[c, s].nonzero()[:, 0]
             if cols.numel() != len(tokens):  # never expected: a row sees exactly its prompt and fed tokens
                 continue
-            kv = [(la.keys[c : c + 1, :, cols], la.values[c : c + 1, :, cols]) for la in self.cache.layers]
-            pc.add(as_tokens(tokens), kv)
+            pc.add(as_tokens(tokens), functools.partial(self._row_kv, c, cols))  # gathered only if stored
+
+    def _row_kv(self, c: int, cols: torch.Tensor) -> KV:
+        """Cache row c's KV at columns `cols`, per layer [1, H, len(cols), D] (a copy)."""
+        return [(la.keys[c : c + 1, :, cols], la.values[c : c + 1, :, cols]) for la in self.cache.layers]
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""

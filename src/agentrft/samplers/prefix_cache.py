@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +65,13 @@ def as_tokens(ids: Sequence[int]) -> np.ndarray:
 class PrefixCache:
     """LRU of prefix KV caches, bounded by total cached positions; see the module docstring."""
 
-    def __init__(self, max_tokens: int = 4096, min_tokens: int = 64, remember_turns: bool = True) -> None:
+    def __init__(
+        self,
+        max_tokens: int = 4096,
+        min_tokens: int = 64,
+        remember_turns: bool = True,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         if max_tokens < 0 or min_tokens < 1:
             raise ValueError(f"PrefixCache needs max_tokens >= 0 and min_tokens >= 1, got {max_tokens}, {min_tokens}")
         self.max_tokens = max_tokens
@@ -74,7 +80,7 @@ class PrefixCache:
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # oldest use first
         self._next_id = 0
         self._key: Hashable = None
-        self.dtype: torch.dtype | None = None  # entries are stored in this dtype (None: as given)
+        self.dtype = dtype  # entries are stored in this dtype (None: as given)
         self.stats = {"hits": 0, "hit_tokens": 0, "stored": 0, "evicted": 0, "cleared": 0}
 
     @property
@@ -120,11 +126,12 @@ class PrefixCache:
         self.stats["hit_tokens"] += best
         return [(k[:, :, :best], v[:, :, :best]) for k, v in entry.kv], best
 
-    def add(self, tokens: np.ndarray, kv: KV) -> bool:
+    def add(self, tokens: np.ndarray, kv: KV | Callable[[], KV]) -> bool:
         """Remember `kv` as the cache of `tokens`; returns whether it was stored.
 
         An entry that already covers `tokens` is refreshed instead; entries that are
-        prefixes of `tokens` are dropped (the new one serves all their prompts)."""
+        prefixes of `tokens` are dropped (the new one serves all their prompts). `kv` may
+        be a function that gathers it: called only when the entry is stored."""
         n = int(tokens.shape[0])
         if not self.enabled or n < self.min_tokens or n > self.max_tokens:
             return False
@@ -135,6 +142,8 @@ class PrefixCache:
                 return False
             if m == len(entry):  # the old entry is a prefix of the new one
                 del self._entries[eid]
+        if callable(kv):
+            kv = kv()
         # Own, compact storage: the inputs may be views into a whole batch's cache.
         dt = self.dtype
         kv = [(k.to(dt), v.to(dt)) if dt is not None else (k, v) for k, v in kv]

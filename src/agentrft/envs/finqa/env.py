@@ -3,8 +3,8 @@
 Tools: `search`, `open`, `calculate` (see `agentrft.envs.finqa.tools`). Limits
 grow with the level: level 1 needs one calculation, level 4 two searches, two
 opens and a calculation. The env's `limits` are the most generous of its
-levels (the agent loop reads them); each episode's tool budget is its task's
-level budget unless `limits` were given explicitly.
+levels; each episode's limits (turns, tokens, tool budget: `task_limits`) are its
+task's level's unless other `limits` were given.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ class FinqaLiteEnv(Environment):
             if counts
             else FinqaLite(seed=seed, n_companies=n_companies)
         )
-        self._explicit_limits = limits is not None
-        self.limits = limits or merged_limits(self.levels)
+        self._merged_limits = merged_limits(self.levels)
+        self.limits = limits or self._merged_limits
         self.index = DocumentIndex(self.data.documents(), page_chars=page_chars)
         self.tool_max_output_chars = tool_max_output_chars
         self._examples: dict[int, list[Message]] = {}
@@ -132,7 +132,7 @@ class FinqaLiteEnv(Environment):
         """The task's level's limits, unless limits were given (to the constructor, or set on `limits`
         since): those apply to every task."""
         level = self._level(task)
-        given = self._explicit_limits or self.limits != merged_limits(self.levels)
+        given = self.limits != self._merged_limits
         return self.limits if given or level is None else LEVEL_LIMITS[level]
 
     def initial_messages(self, task: Task) -> list[Message]:
@@ -145,17 +145,10 @@ class FinqaLiteEnv(Environment):
 
     def start(self, task: Task) -> ToolboxEpisode:
         state = FinqaToolState(self.index)
-        toolbox = finqa_toolbox(
-            state, timeout_s=self.limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars
-        )
+        limits = self.task_limits(task)
+        toolbox = finqa_toolbox(state, timeout_s=limits.tool_timeout_s, max_output_chars=self.tool_max_output_chars)
         offered = {s["function"]["name"] for s in self.task_tool_schemas(task)}
-        toolbox = toolbox.only(offered)
-        level = task.data.get("level")
-        if self._explicit_limits or level not in LEVEL_LIMITS:
-            budget = self.limits.max_tool_calls
-        else:
-            budget = LEVEL_LIMITS[level].max_tool_calls
-        return ToolboxEpisode(task, toolbox, budget, state)
+        return ToolboxEpisode(task, toolbox.only(offered), limits.max_tool_calls, state)
 
     def expert(self) -> FinqaExpert:
         """Solves any finqa-lite task from its gold data through the tools (`envs/finqa/expert.py`)."""
