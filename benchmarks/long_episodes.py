@@ -114,6 +114,8 @@ def main() -> None:
         "kv_padding_fraction": round(1 - st["kv_used_positions"] / max(st["kv_positions"], 1), 3),
         "prefill_s": round(st["prefill_s"], 1),
         "decode_s": round(st["decode_s"], 1),
+        "kv_peak_positions": st.get("kv_peak_positions"),
+        "kv_wait_steps": st.get("kv_wait_steps"),
         "model_dtype": str(next(sampler.model.parameters()).dtype),
         "matmul_gflops_bf16": round(peak_bf16, 1),
         "matmul_gflops_fp32": round(peak_fp32, 1),

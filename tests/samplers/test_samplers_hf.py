@@ -475,3 +475,29 @@ def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list
     for row, req in zip(rows, reqs, strict=True):
         ref = _alone(model, SampleRequest(req.prompt_ids, SamplingParams(temperature=0.0, max_tokens=40)), 0)
         assert row.token_ids == ref.token_ids
+
+
+def test_kv_budget_holds_requests_back_and_changes_no_result(prompt: list[int]) -> None:
+    model, tok = tiny_model_and_tokenizer()
+    reqs = [
+        SampleRequest(prompt[: 8 + 4 * i], SamplingParams(temperature=0.8, max_tokens=4 + i, seed=i)) for i in range(8)
+    ]
+    free = HFSampler(model, tok, policy="tiny", max_kv_positions=None)
+    bounded = HFSampler(model, tok, policy="tiny", max_kv_positions=60)
+    try:
+        unbounded = run(_gather(free, reqs))
+        got = run(_gather(bounded, reqs))
+        # one request alone needs at most (8 + 28) + 11 = 47 positions: each fits, all 8 together do not
+        assert bounded.stats["kv_wait_steps"] > 0
+        assert 0 < bounded.stats["kv_peak_positions"] <= 60 < free.stats["kv_peak_positions"]
+        for a, b in zip(unbounded, got, strict=True):
+            assert a.token_ids == b.token_ids
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+        # a request larger than the whole budget still runs (alone)
+        big = run(bounded.sample(SampleRequest(prompt[:40], SamplingParams(temperature=0.0, max_tokens=30))))
+        assert len(big.token_ids) == 30
+    finally:
+        free.close()
+        bounded.close()
+    with pytest.raises(ValueError, match="max_kv_positions"):
+        HFSampler(model, tok, policy="tiny", max_kv_positions=0)

@@ -158,3 +158,16 @@ def test_update_equals_per_sample_with_lora_and_checkpointing(lora, gc):
     d, _ = _update(shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000), algo, lora=lora, gc=gc)
     assert any(float(x.abs().max()) > 1e-6 for x in d)
     _assert_grads_close(d, d_ref)
+
+
+def test_rows_that_share_nothing_take_the_plain_causal_layout() -> None:
+    """A micro-batch whose rows each hold one sequence gets no tree (the plain layout computes the same without
+    a dense mask); one where a row shares a prefix keeps it."""
+    rng = random.Random(3)
+    alone = [_seq(i, [rng.randrange(VOCAB) for _ in range(12)], [0] * 6 + [1] * 6, 1.0) for i in range(2)]
+    mbs = shared_prefix_micro_batches(alone, max_tokens=64, row_tokens=12)  # each sequence fills its own row
+    assert len(mbs) == 1 and mbs[0].shared is None
+    assert mbs[0].input_ids.shape == (2, 12)
+    group = _group(rng, 0, 3, prompt_len=8, multi_turn=False)
+    mbs = shared_prefix_micro_batches(group, max_tokens=64, row_tokens=64)
+    assert len(mbs) == 1 and mbs[0].shared is not None

@@ -6,6 +6,11 @@ whatever else arrives within `batch_wait_s` (up to `max_batch_size`), and
 decodes them together. While decoding it admits newly arrived requests between
 steps and hands each finished request back the moment it finishes, so a short
 reply never waits for a long one and the event loop stays free for tool calls.
+Admissions are bounded by `max_kv_positions` (the batch cache's rows x length,
+left padding included, as it will stand once the longest reply is sampled): a
+request that would outgrow it waits, in arrival order, until rows finish, so
+long episodes (levels 3-4 of finqa-lite: 3-8k tokens each) run a few at a time
+instead of 32 rows padded to the longest.
 
 The sampler samples from the very `model` object the trainer updates (no weight
 copy): it is a `TrainablePolicy`. The engine holds the model (in eval mode)
@@ -81,13 +86,14 @@ class HFSampler(InProcessPolicy):
         policy: str,
         *,
         max_batch_size: int = 32,
+        max_kv_positions: int | None = 32768,
         device: str = "cpu",
         dtype: Any = None,
         batch_wait_s: float = 0.005,
         admit_fraction: float = 0.25,
         admit_max_wait_s: float = 0.5,
         policy_version: int = 0,
-        prefix_cache_tokens: int = 8192,
+        prefix_cache_tokens: int = 32768,
         prefix_min_tokens: int = 64,
         remember_turns: bool = True,
         precision: str = "fp32",
@@ -100,9 +106,14 @@ class HFSampler(InProcessPolicy):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+        if max_kv_positions is not None and max_kv_positions < 1:
+            raise ValueError(f"max_kv_positions must be >= 1 (or None: unbounded), got {max_kv_positions}")
         enable_sdpa_gqa()
         super().__init__(model, tokenizer, policy, device=device, dtype=dtype, policy_version=policy_version)
         self.max_batch_size = max_batch_size
+        # Bound on the batch's KV cache (cache rows x length, padding included; see RunningBatch.positions_with):
+        # long episodes admitted together all pad to the longest, and 32 rows of 8k positions are 12 GB in fp32.
+        self.max_kv_positions = max_kv_positions
         self.batch_wait_s = batch_wait_s
         self.admit_fraction = admit_fraction
         self.admit_max_wait_s = admit_max_wait_s
@@ -127,7 +138,9 @@ class HFSampler(InProcessPolicy):
         # prefill_tokens: prompt positions run through the model; reused_tokens: taken from a shared
         # or cached prefix instead; prefill_s / decode_s: engine seconds in admissions / decode steps;
         # kv_positions / kv_used_positions: the batch cache's positions after each admission, and those any
-        # request attends to (the rest is left padding between rows of different lengths)
+        # request attends to (the rest is left padding between rows of different lengths); kv_wait_steps:
+        # engine steps at which a request waited for room under max_kv_positions; kv_peak_positions: the most
+        # the batch cache held (cache rows x length)
         self.stats = {
             "admissions": 0,
             "requests": 0,
@@ -140,6 +153,8 @@ class HFSampler(InProcessPolicy):
             "decode_s": 0.0,
             "kv_positions": 0,
             "kv_used_positions": 0,
+            "kv_wait_steps": 0,
+            "kv_peak_positions": 0,
         }
 
     # --- TokenSampler -------------------------------------------------------------------------
@@ -245,9 +260,17 @@ class HFSampler(InProcessPolicy):
                 and time.perf_counter() - pending[0].t0 < self.admit_max_wait_s
             )
             while not wait and pending and not self._hold.is_set() and batch.n_alive + len(admit) < self.max_batch_size:
-                p = pending.popleft()
-                if not p.future.done():  # skip callers that gave up
-                    admit.append(p)
+                if pending[0].future.done():  # skip callers that gave up
+                    pending.popleft()
+                    continue
+                # The KV budget: a request waits (in arrival order) while the batch would outgrow it; a batch
+                # with no rows takes one request whatever its size, so nothing waits forever.
+                if self.max_kv_positions is not None and (batch.n_alive or admit):
+                    wanted = [p.request for p in admit] + [pending[0].request]
+                    if batch.positions_with(wanted) > self.max_kv_positions:
+                        self.stats["kv_wait_steps"] += 1
+                        break
+                admit.append(pending.popleft())
             done: list[Any] = []
             failed: list[_Pending] = []
             error: Exception | None = None
@@ -276,6 +299,9 @@ class HFSampler(InProcessPolicy):
                 t_step = time.perf_counter()
                 done = batch.step()
                 self.stats["decode_s"] += time.perf_counter() - t_step
+                if batch.cache is not None:
+                    c_now, _, l_now = batch.shape
+                    self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], c_now * l_now)
                 self.stats["steps"] += 1
             except Exception as exc:  # a failed step fails its requests, not the sampler
                 error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")

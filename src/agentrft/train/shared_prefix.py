@@ -165,6 +165,11 @@ def shared_prefix_micro_batches(
     for group in plan:
         members = [seqs[j] for r in group for j in rows[r]]
         mb = collate(members, pad_id)
+        if all(len(rows[r]) == 1 for r in group):
+            # nothing shared: the plain causal layout computes the same and attends without a dense tree mask
+            # (SDPA's causal kernel skips the masked half; an explicit L x L mask does not)
+            out.append(mb)
+            continue
         local_rows: list[list[int]] = []
         k = 0
         for r in group:
