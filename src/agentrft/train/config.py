@@ -235,6 +235,12 @@ class OptimizerConfig(_Cfg):
         description="most packed tokens per prefix-tree row; attention cost grows with its square, and a group "
         "that does not fit is split (each part recomputes its prefix, still exact)",
     )
+    shared_prefix_layout: Literal["tree", "segments"] = Field(
+        default="tree",
+        description="tree: a prefix tree with a dense 4D mask (shares every common prefix, attention over the whole "
+        "row); segments: a row's common prefix once, then each sequence's suffix, attended per segment without a "
+        "dense mask (train/segment_attention.py), for long episodes sharing a prompt; both exact",
+    )
 
 
 class EvalConfig(_Cfg):

@@ -40,6 +40,9 @@ from torch import Tensor
 from agentrft.samplers.distribution import Distribution
 from agentrft.train.logprobs import _body_and_head, head_logprobs
 from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
+from agentrft.train.segment_attention import KWARG as SEGMENTS_KWARG
+from agentrft.train.segment_attention import NAME as SEGMENT_ATTENTION
+from agentrft.train.segment_attention import Segments, use_segment_attention
 
 
 @dataclass
@@ -48,15 +51,17 @@ class PrefixTreeRows:
 
     input_ids: Tensor  # (R, L)
     position_ids: Tensor  # (R, L): a token's index in its own sequence
-    tree_mask: Tensor  # (R, 1, L, L) bool, True where query column may attend to key column
+    tree_mask: Tensor | None  # (R, 1, L, L) bool, True where query column may attend to key column (tree layout)
     seq_row: Tensor  # (B,) packed row of each sequence
     seq_cols: Tensor  # (B, T) column of token t of sequence b in its row (0 past the sequence's end)
     num_tokens: int  # real (non-padding) packed tokens: what the model actually runs
+    segments: Segments | None = None  # the segment layout instead of a tree mask (`segment_attention`)
 
     def attention_mask_for(self, model: Any, dtype: torch.dtype) -> Tensor:
         """The 4D mask as the model's attention wants it: bool for SDPA, additive float for eager."""
+        assert self.tree_mask is not None, "a segment layout has no tree mask"
         impl = getattr(getattr(model, "config", None), "_attn_implementation", "sdpa")
-        if impl == "sdpa":
+        if impl in ("sdpa", SEGMENT_ATTENTION):
             return self.tree_mask
         return torch.zeros(self.tree_mask.shape, dtype=dtype).masked_fill(~self.tree_mask, torch.finfo(dtype).min)
 
@@ -114,6 +119,70 @@ def pack_prefix_tree(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]
     return PrefixTreeRows(input_ids, position_ids, mask, seq_row, seq_cols, sum(len(ids) for ids in row_ids))
 
 
+def pack_segment_rows(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]], pad_id: int = 0) -> PrefixTreeRows:
+    """Pack ``seqs`` into ``rows`` (indices into ``seqs``) as ``[common prefix | suffix | suffix ...]``: the row's
+    longest common prefix once, then each sequence's remaining tokens (the layout `segment_attention` computes)."""
+    n_seq = len(seqs)
+    width = max(len(s) for s in seqs)
+    seq_row = torch.zeros(n_seq, dtype=torch.long)
+    seq_cols = torch.zeros((n_seq, width), dtype=torch.long)
+    row_ids: list[list[int]] = []
+    row_pos: list[list[int]] = []
+    segments: Segments = []
+    for r, row in enumerate(rows):
+        p = segment_prefix_len(seqs, row)
+        ids, pos = list(seqs[row[0]][:p]), list(range(p))
+        spans: list[tuple[int, int]] = []
+        for j in row:
+            s = seqs[j]
+            start = len(ids)
+            ids += s[p:]
+            pos += range(p, len(s))
+            spans.append((start, len(ids)))
+            seq_row[j] = r
+            seq_cols[j, : len(s)] = torch.tensor(list(range(p)) + list(range(start, len(ids))), dtype=torch.long)
+        row_ids.append(ids)
+        row_pos.append(pos)
+        segments.append((p, spans))
+    length = max(len(ids) for ids in row_ids)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(rows), length), dtype=torch.long)
+    for r, (ids, pos) in enumerate(zip(row_ids, row_pos, strict=True)):
+        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        position_ids[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+    return PrefixTreeRows(
+        input_ids, position_ids, None, seq_row, seq_cols, sum(len(ids) for ids in row_ids), segments=segments
+    )
+
+
+def segment_prefix_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> int:
+    """The longest prefix every sequence of ``row`` shares."""
+    first = token_lists[row[0]]
+    return min((common_prefix_len(first, token_lists[j]) for j in row[1:]), default=len(first))
+
+
+def segment_row_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> int:
+    p = segment_prefix_len(token_lists, row)
+    return p + sum(len(token_lists[j]) - p for j in row)
+
+
+def plan_segment_rows(token_lists: Sequence[Sequence[int]], row_tokens: int) -> list[list[int]]:
+    """Rows of sequence indices for the segment layout: sequences sorted by content (those sharing a prompt side
+    by side), each joining the current row when that costs fewer packed tokens than a row of its own (joining
+    shortens the row's common prefix to what it shares with the newcomer) and keeps the row within ``row_tokens``."""
+    if row_tokens < 1:
+        raise ValueError(f"row_tokens must be >= 1, got {row_tokens}")
+    order = sorted(range(len(token_lists)), key=lambda i: (list(token_lists[i]), i))
+    rows: list[list[int]] = []
+    for i in order:
+        joined = segment_row_len(token_lists, [*rows[-1], i]) if rows else 0
+        if rows and joined <= row_tokens and joined - segment_row_len(token_lists, rows[-1]) < len(token_lists[i]):
+            rows[-1].append(i)
+        else:
+            rows.append([i])
+    return rows
+
+
 def plan_rows(
     token_lists: Sequence[Sequence[int]], row_tokens: int, units: Sequence[Sequence[int]] | None = None
 ) -> list[list[int]]:
@@ -155,12 +224,23 @@ def shared_prefix_micro_batches(
     row_tokens: int,
     pad_id: int = 0,
     units: Sequence[Sequence[int]] | None = None,
+    layout: str = "tree",
 ) -> list[MicroBatch]:
-    """Micro-batches whose ``.shared`` holds the prefix-tree packing; rows x longest packed row <= ``max_tokens``.
-    ``units``: indices into ``seqs`` kept in one row, hence one micro-batch (see `plan_rows`)."""
+    """Micro-batches whose ``.shared`` holds the packing; rows x longest packed row <= ``max_tokens``.
+    ``units``: indices into ``seqs`` kept in one row, hence one micro-batch (see `plan_rows`; tree layout only).
+    ``layout``: ``tree`` (prefix tree, dense mask) or ``segments`` (common prefix + suffixes, `segment_attention`)."""
     tokens = [s.input_ids for s in seqs]
-    rows = plan_rows(tokens, min(row_tokens, max_tokens), units)
-    plan = plan_micro_batches([packed_row_len(tokens, row) for row in rows], max_tokens)
+    if layout == "segments":
+        if units is not None:
+            raise ValueError("units (sequences kept in one row) need the tree layout")
+        rows = plan_segment_rows(tokens, min(row_tokens, max_tokens))
+        row_len = segment_row_len
+    elif layout == "tree":
+        rows = plan_rows(tokens, min(row_tokens, max_tokens), units)
+        row_len = packed_row_len
+    else:
+        raise ValueError(f"unknown shared-prefix layout {layout!r}; valid: tree, segments")
+    plan = plan_micro_batches([row_len(tokens, row) for row in rows], max_tokens)
     out: list[MicroBatch] = []
     for group in plan:
         members = [seqs[j] for r in group for j in rows[r]]
@@ -175,7 +255,8 @@ def shared_prefix_micro_batches(
         for r in group:
             local_rows.append(list(range(k, k + len(rows[r]))))
             k += len(rows[r])
-        mb.shared = pack_prefix_tree([m.input_ids for m in members], local_rows, pad_id)
+        pack = pack_segment_rows if layout == "segments" else pack_prefix_tree
+        mb.shared = pack([m.input_ids for m in members], local_rows, pad_id)
         out.append(mb)
     return out
 
@@ -198,10 +279,22 @@ def shared_prefix_logprobs(
     if bool(loss_mask[:, 0].any()):
         raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
     body, head = _body_and_head(model)
-    dtype = next(body.parameters()).dtype
-    hidden = body(
-        input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype), position_ids=rows.position_ids
-    ).last_hidden_state  # (R, L, H)
+    if rows.segments is not None:
+        use_segment_attention(body)
+        placeholder = torch.ones((rows.input_ids.shape[0], 1, 1, 1), dtype=torch.bool)  # 4D: passed through as is
+        hidden = body(
+            input_ids=rows.input_ids,
+            attention_mask=placeholder,
+            position_ids=rows.position_ids,
+            **{SEGMENTS_KWARG: rows.segments},
+        ).last_hidden_state  # (R, L, H)
+    else:
+        dtype = next(body.parameters()).dtype
+        hidden = body(
+            input_ids=rows.input_ids,
+            attention_mask=rows.attention_mask_for(body, dtype),
+            position_ids=rows.position_ids,
+        ).last_hidden_state  # (R, L, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
     h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
     return head_logprobs(

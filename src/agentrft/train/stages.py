@@ -289,5 +289,7 @@ def pack_stage(
     if o.shared_prefix:
         from agentrft.train.shared_prefix import shared_prefix_micro_batches
 
-        return shared_prefix_micro_batches(seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id)
+        return shared_prefix_micro_batches(
+            seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id, layout=o.shared_prefix_layout
+        )
     return micro_batches(seqs, o.micro_batch_tokens, pad_id)

@@ -1,0 +1,117 @@
+"""Shared-prefix attention without a dense mask: one prefix per packed row, then each sequence's own suffix.
+
+The prefix-tree packing (`shared_prefix.py`) runs every shared token once, but tells the attention who sees
+whom with an L x L mask, and SDPA with an explicit mask visits every block of it: a 5,600-token row of four
+level-3 episodes took longer than the four episodes one by one (measured, `benchmarks/results`). Here a row
+is laid out as ``[prefix | suffix_1 | suffix_2 | ...]``, the prefix being the longest common prefix of the
+row's sequences (system prompt, worked examples, a group's question), and attention runs per segment:
+
+* prefix queries attend causally within the prefix (SDPA's causal kernel, which skips the masked half);
+* the queries of suffix i attend to the prefix's keys and causally to suffix i's own keys: one SDPA call
+  for all of a row's suffixes, each a batch entry whose keys are ``[prefix keys | its own keys]``.
+
+Every token sees exactly the tokens it sees in its own sequence, at its own position id, so log-probs and
+gradients equal per-sequence runs up to float summation order (tests/train/test_train_segment_attention.py);
+the prefix's gradient is the sum of what each suffix sends back through its keys and values. Deeper sharing
+(samples that agree on a first turn past the common prefix) is not exploited: each suffix starts where the
+row's common prefix ends.
+
+The model runs with the attention implementation ``agentrft_sdpa``: SDPA, unchanged, unless the forward call
+carries ``agentrft_segments`` (then the layout above; the 4D ``attention_mask`` is a placeholder). The layout
+travels as a forward keyword argument, so gradient checkpointing's recompute sees it too.
+
+Shape legend: R rows, H query heads, K kv heads, L row length, D head dim, N suffixes of a row, S longest suffix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+NAME = "agentrft_sdpa"
+KWARG = "agentrft_segments"
+# Per row: (prefix length P, [(start, end) columns of each sequence's suffix]).
+Segments = list[tuple[int, list[tuple[int, int]]]]
+
+
+def _attention(
+    module: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    segments = kwargs.pop(KWARG, None)
+    if segments is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    if dropout:
+        raise ValueError("segmented attention does not apply attention dropout")
+    return segmented_attention(query, key, value, segments, scaling), None
+
+
+def use_segment_attention(model: Any) -> None:
+    """Register ``agentrft_sdpa`` with transformers (once) and switch ``model`` to it from plain SDPA. Without
+    ``agentrft_segments`` in a forward call it is SDPA, so the sampler and every other caller see no change."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    if NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(NAME, _attention)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+    config = getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl == NAME:
+        return
+    if impl != "sdpa":
+        raise ValueError(f"segmented shared-prefix attention needs a model on sdpa attention, not {impl!r}")
+    model.set_attn_implementation(NAME)
+
+
+def segmented_attention(q: Tensor, k: Tensor, v: Tensor, segments: Segments, scale: float | None) -> Tensor:
+    """Attention of packed rows laid out as ``segments`` says: q (R, H, L, D), k and v (R, K, L, D) ->
+    (R, L, H, D), the layout transformers' attention functions return. Columns outside every segment (row
+    padding) come out as zeros."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    _, heads, length, dim = q.shape
+    gqa = k.shape[1] != heads
+    out_rows = []
+    for r, (p, all_spans) in enumerate(segments):
+        cols: list[Tensor] = []
+        vals: list[Tensor] = []
+        if p:
+            qp, kp, vp = q[r : r + 1, :, :p], k[r : r + 1, :, :p], v[r : r + 1, :, :p]
+            o = sdpa(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=gqa)  # (1, H, P, D)
+            cols.append(torch.arange(p, device=q.device))
+            vals.append(o[0])
+        spans = [(s, e) for s, e in all_spans if e > s]
+        if spans:
+            n, s_max = len(spans), max(e - s for s, e in spans)
+            lens = torch.tensor([e - s for s, e in spans], device=q.device)
+            j = torch.arange(s_max, device=q.device)
+            starts = torch.tensor([s for s, _ in spans], device=q.device)
+            # (N, S) column of each suffix position; past a suffix's end it repeats its last column (discarded below)
+            idx = starts[:, None] + torch.minimum(j[None, :], lens[:, None] - 1)
+            qs = q[r][:, idx].transpose(0, 1)  # (N, H, S, D)
+            ks = torch.cat([k[r : r + 1, :, :p].expand(n, -1, -1, -1), k[r][:, idx].transpose(0, 1)], dim=2)
+            vs = torch.cat([v[r : r + 1, :, :p].expand(n, -1, -1, -1), v[r][:, idx].transpose(0, 1)], dim=2)
+            # a suffix query sees the whole prefix and its own suffix up to itself; never a sibling's keys
+            own = (j[None, :] <= j[:, None])[None] & (j[None, None, :] < lens[:, None, None])  # (N, S, S)
+            mask = torch.cat([own.new_ones(n, s_max, p), own], dim=2)[:, None]  # (N, 1, S, P + S)
+            o = sdpa(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)  # (N, H, S, D)
+            real = j[None, :] < lens[:, None]  # (N, S)
+            cols.append(idx[real])
+            vals.append(o.transpose(0, 1)[:, real])  # (H, sum of suffix lengths, D)
+        dtype = vals[0].dtype if vals else q.dtype  # SDPA's output dtype (bf16 under autocast)
+        row = q.new_zeros(heads, length, dim, dtype=dtype)
+        out_rows.append(row.index_copy(1, torch.cat(cols), torch.cat(vals, dim=1)) if cols else row)
+    return torch.stack(out_rows).transpose(1, 2).contiguous()

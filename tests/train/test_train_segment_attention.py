@@ -1,0 +1,142 @@
+"""The segment layout of shared-prefix updates (`segment_attention`): the same log-probs, losses and gradients as
+per-sample runs, with and without gradient checkpointing and LoRA, and no change to the model's other callers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import VOCAB, tiny_llama
+from test_train_shared_prefix import _assert_grads_close, _batch, _seq, _update
+
+from agentrft.train.config import AlgorithmConfig
+from agentrft.train.logprobs import sampled_logprobs
+from agentrft.train.packing import collate, micro_batches
+from agentrft.train.segment_attention import NAME, segmented_attention, use_segment_attention
+from agentrft.train.shared_prefix import (
+    pack_segment_rows,
+    plan_segment_rows,
+    segment_row_len,
+    shared_prefix_logprobs,
+    shared_prefix_micro_batches,
+)
+
+
+def test_segment_packing_lays_out_prefix_then_suffixes():
+    a, b, c = [5, 6, 7, 8], [5, 6, 9], [1, 2]
+    rows = pack_segment_rows([a, b, c], [[2], [0, 1]], pad_id=0)
+    assert rows.input_ids.tolist() == [[1, 2, 0, 0, 0], [5, 6, 7, 8, 9]]
+    assert rows.position_ids.tolist() == [[0, 1, 0, 0, 0], [0, 1, 2, 3, 2]]
+    assert rows.segments == [(2, [(2, 2)]), (2, [(2, 4), (4, 5)])]  # c alone: all prefix, an empty suffix
+    assert rows.seq_cols[1, :3].tolist() == [0, 1, 4]
+    assert rows.tree_mask is None and rows.num_tokens == 2 + 5
+    assert segment_row_len([a, b, c], [0, 1]) == 5
+    # only the prefix common to the whole row is shared: b and d agree on 3 tokens, a on 2 with them
+    d = [5, 6, 9, 4]
+    assert segment_row_len([a, b, c, d], [0, 1, 3]) == 2 + 2 + 1 + 2
+
+
+def test_segment_rows_are_cut_at_the_token_budget():
+    toks = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 9, 9], [7, 7]]
+    # [7 7] shares nothing with the others: joining would cost more than its own row
+    assert plan_segment_rows(toks, 100) == [[0, 1, 2], [3]]
+    rows = plan_segment_rows(toks, 6)  # [1 2 3] + 4 + 5 = 5 fits; + [9 9] would share only [1 2]: 2 + 2 + 2 + 2
+    assert rows == [[0, 1], [2], [3]]
+    assert all(segment_row_len(toks, r) <= 6 for r in rows)
+    assert plan_segment_rows([[1] * 9], 3) == [[0]]
+
+
+def test_segmented_attention_equals_masked_attention():
+    """Against SDPA with the explicit mask of the same layout, queries of padding columns aside."""
+    torch.manual_seed(0)
+    heads, kv, length, dim = 4, 2, 14, 8
+    segments = [(5, [(5, 8), (8, 9), (9, 12)]), (0, [(0, 6), (6, 13)]), (7, [])]
+    q = torch.randn(3, heads, length, dim, dtype=torch.float64)
+    k = torch.randn(3, kv, length, dim, dtype=torch.float64)
+    v = torch.randn(3, kv, length, dim, dtype=torch.float64)
+    mask = torch.zeros(3, 1, length, length, dtype=torch.bool)
+    real = torch.zeros(3, length, dtype=torch.bool)
+    for r, (p, spans) in enumerate(segments):
+        mask[r, 0, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
+        real[r, :p] = True
+        for s, e in spans:
+            mask[r, 0, s:e, :p] = True
+            mask[r, 0, s:e, s:e] = torch.ones(e - s, e - s, dtype=torch.bool).tril()
+            real[r, s:e] = True
+    pad = ~real
+    mask[pad[:, None, :, None].expand_as(mask) & torch.eye(length, dtype=torch.bool)] = True  # padding sees itself
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    got = segmented_attention(q, k, v, segments, None)
+    torch.testing.assert_close(got[real], want[real], rtol=1e-12, atol=1e-12)
+    assert float(got[pad].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", [(torch.float64, 1e-10, 1e-12), (torch.float32, 1e-5, 1e-6)])
+def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol):
+    seqs = _batch()
+    ref_model, model = tiny_llama(dtype=dtype), tiny_llama(dtype=dtype)
+    mb = collate(seqs)
+    lp_ref, ent_ref = sampled_logprobs(ref_model, mb.input_ids, mb.attention_mask, mb.loss_mask, chunk_size=7)
+    smbs = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
+    assert len(smbs) == 1
+    [smb] = smbs
+    assert smb.shared is not None and smb.shared.segments is not None
+    assert smb.shared.num_tokens < int(mb.attention_mask.sum())  # the groups' prompts run once
+    order = [seqs.index(next(s for s in seqs if s.index == i)) for i in smb.seq_index]
+    lp, ent = shared_prefix_logprobs(model, smb.shared, smb.input_ids, smb.loss_mask, chunk_size=7)
+    torch.testing.assert_close(lp, lp_ref[order], rtol=rtol, atol=atol)
+    torch.testing.assert_close(ent, ent_ref[order], rtol=rtol, atol=atol)
+    w = torch.linspace(-1, 1, lp.numel(), dtype=dtype).reshape(lp.shape)
+    (lp_ref[order] * w).sum().backward()
+    (lp * w).sum().backward()
+    _assert_grads_close([p.grad for p in model.parameters()], [p.grad for p in ref_model.parameters()])
+
+
+@pytest.mark.parametrize("row_tokens,max_tokens", [(10_000, 10_000), (40, 10_000), (30, 60)])
+def test_update_equals_per_sample_under_any_split(row_tokens, max_tokens):
+    algo = AlgorithmConfig(updates_per_batch=2)
+    seqs = _batch()
+    d_ref, m_ref = _update(micro_batches(seqs, max_tokens=1), algo)
+    shared = shared_prefix_micro_batches(seqs, max_tokens=max_tokens, row_tokens=row_tokens, layout="segments")
+    assert sorted(i for mb in shared for i in mb.seq_index) == list(range(len(seqs)))
+    d, m = _update(shared, algo)
+    assert any(float(x.abs().max()) > 1e-6 for x in d)
+    _assert_grads_close(d, d_ref)
+    assert m["loss"] == pytest.approx(m_ref["loss"], rel=1e-7)
+
+
+@pytest.mark.parametrize("lora,gc", [(True, False), (True, True), (False, True)])
+def test_update_equals_per_sample_with_lora_and_checkpointing(lora, gc):
+    """Checkpointing recomputes each layer in the backward: the layout is a forward argument, so it is there too."""
+    algo = AlgorithmConfig()
+    seqs = _batch(seed=3)
+    d_ref, _ = _update(micro_batches(seqs, max_tokens=10_000), algo, lora=lora, gc=gc)
+    mbs = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
+    d, _ = _update(mbs, algo, lora=lora, gc=gc)
+    assert any(float(x.abs().max()) > 1e-6 for x in d)
+    _assert_grads_close(d, d_ref)
+
+
+def test_the_switched_model_computes_as_before_for_everyone_else():
+    model = tiny_llama()
+    ids = torch.tensor([[3, 4, 5, 6, 7], [0, 0, 8, 9, 10]])
+    attn = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    before = model(input_ids=ids, attention_mask=attn).logits
+    use_segment_attention(model)
+    assert model.config._attn_implementation == NAME
+    after = model(input_ids=ids, attention_mask=attn).logits
+    torch.testing.assert_close(after[attn.bool()], before[attn.bool()], rtol=1e-12, atol=1e-12)
+    use_segment_attention(model)  # idempotent
+
+
+def test_layout_choices_are_checked():
+    seqs = [_seq(i, [random.Random(i).randrange(VOCAB) for _ in range(6)], [0, 0, 0, 1, 1, 1], 1.0) for i in range(2)]
+    with pytest.raises(ValueError, match="layout"):
+        shared_prefix_micro_batches(seqs, max_tokens=64, row_tokens=64, layout="radix")
+    with pytest.raises(ValueError, match="tree layout"):
+        shared_prefix_micro_batches(seqs, max_tokens=64, row_tokens=64, units=[[0, 1]], layout="segments")
+    eager = tiny_llama()
+    eager.set_attn_implementation("eager")
+    with pytest.raises(ValueError, match="sdpa"):
+        use_segment_attention(eager)
