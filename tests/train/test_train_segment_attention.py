@@ -84,6 +84,9 @@ def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol):
     assert smb.shared is not None and smb.shared.segments is not None
     assert smb.shared.num_tokens < int(mb.attention_mask.sum())  # the groups' prompts run once
     order = [seqs.index(next(s for s in seqs if s.index == i)) for i in smb.seq_index]
+    with pytest.raises(ValueError, match="use_segment_attention"):  # plain SDPA would ignore the layout
+        shared_prefix_logprobs(model, smb.shared, smb.input_ids, smb.loss_mask, chunk_size=7)
+    use_segment_attention(model)
     lp, ent = shared_prefix_logprobs(model, smb.shared, smb.input_ids, smb.loss_mask, chunk_size=7)
     torch.testing.assert_close(lp, lp_ref[order], rtol=rtol, atol=atol)
     torch.testing.assert_close(ent, ent_ref[order], rtol=rtol, atol=atol)
@@ -100,7 +103,7 @@ def test_update_equals_per_sample_under_any_split(row_tokens, max_tokens):
     d_ref, m_ref = _update(micro_batches(seqs, max_tokens=1), algo)
     shared = shared_prefix_micro_batches(seqs, max_tokens=max_tokens, row_tokens=row_tokens, layout="segments")
     assert sorted(i for mb in shared for i in mb.seq_index) == list(range(len(seqs)))
-    d, m = _update(shared, algo)
+    d, m = _update(shared, algo, prepare=use_segment_attention)
     assert any(float(x.abs().max()) > 1e-6 for x in d)
     _assert_grads_close(d, d_ref)
     assert m["loss"] == pytest.approx(m_ref["loss"], rel=1e-7)
@@ -113,7 +116,7 @@ def test_update_equals_per_sample_with_lora_and_checkpointing(lora, gc):
     seqs = _batch(seed=3)
     d_ref, _ = _update(micro_batches(seqs, max_tokens=10_000), algo, lora=lora, gc=gc)
     mbs = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
-    d, _ = _update(mbs, algo, lora=lora, gc=gc)
+    d, _ = _update(mbs, algo, lora=lora, gc=gc, prepare=use_segment_attention)
     assert any(float(x.abs().max()) > 1e-6 for x in d)
     _assert_grads_close(d, d_ref)
 
@@ -140,3 +143,36 @@ def test_layout_choices_are_checked():
     eager.set_attn_implementation("eager")
     with pytest.raises(ValueError, match="sdpa"):
         use_segment_attention(eager)
+
+
+def test_bf16_autocast_matches_the_tree_layout():
+    """Under bf16 autocast (the trainer's CPU default) the segment layout computes what the tree layout does."""
+    from agentrft.train.update import autocast
+
+    seqs = _batch(seed=5)
+    tree_model, seg_model = tiny_llama(dtype=torch.float32), tiny_llama(dtype=torch.float32)
+    use_segment_attention(seg_model)
+    [tree] = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000)
+    [seg] = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
+    out = []
+    for model, mb in ((tree_model, tree), (seg_model, seg)):
+        with autocast(torch.bfloat16):
+            lp, _ = shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=7)
+        (lp * mb.loss_mask).sum().backward()
+        out.append((lp.detach(), [p.grad for p in model.parameters()]))
+    order = [seg.seq_index.index(i) for i in tree.seq_index]  # the layouts plan their rows differently
+    torch.testing.assert_close(out[1][0][order], out[0][0], rtol=0, atol=0.05)
+    for g_seg, g_tree in zip(out[1][1], out[0][1], strict=True):
+        torch.testing.assert_close(g_seg, g_tree, rtol=0.05, atol=0.05 * float(g_tree.abs().max()) + 1e-6)
+
+
+def test_a_model_that_ignores_the_layout_gets_nan_not_a_wrong_answer(monkeypatch):
+    """Were the switch undone behind our back, plain SDPA would see the NaN placeholder mask: NaN, not a wrong number."""
+    import agentrft.train.shared_prefix as sp
+
+    seqs = _batch(seed=6)
+    [mb] = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
+    model = tiny_llama()
+    monkeypatch.setattr(sp, "check_segment_attention", lambda body: None)
+    lp, _ = shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=7)
+    assert bool(torch.isnan(lp[mb.loss_mask.bool()]).all())

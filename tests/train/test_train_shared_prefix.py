@@ -111,8 +111,10 @@ def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol):
     _assert_grads_close([p.grad for p in model.parameters()], [p.grad for p in ref_model.parameters()])
 
 
-def _update(batches, algo, lora: bool = False, gc: bool = False):
+def _update(batches, algo, lora: bool = False, gc: bool = False, prepare=None):
     model = tiny_llama()
+    if prepare is not None:
+        prepare(model)
     if gc:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:

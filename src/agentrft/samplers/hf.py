@@ -296,6 +296,8 @@ class HFSampler(InProcessPolicy):
                     self.stats["prefills"] += batch.prefills - before[0]
                     self.stats["kv_positions"] += batch.kv_positions - kv_before[0]
                     self.stats["kv_used_positions"] += batch.kv_used_positions - kv_before[1]
+                    c_now, _, l_now = batch.shape
+                    self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], c_now * l_now)
                 t_step = time.perf_counter()
                 done = batch.step()
                 self.stats["decode_s"] += time.perf_counter() - t_step

@@ -208,7 +208,8 @@ class RunningBatch:
         left = max(
             [0, *(r.params.max_tokens - len(r.token_ids) for r in self.rows), *(r.params.max_tokens for r in requests)]
         )
-        return (live_rows + len(counts)) * (length + width * min(left, 2048))
+        grow = min(left, 2048, max(self.spec.max_positions - length, 0))  # a row stops at the model's positions
+        return (live_rows + len(counts)) * (length + width * grow)
 
     def retire(self, indices: list[int]) -> None:
         """Stop decoding the rows at `indices` (their callers gave up)."""

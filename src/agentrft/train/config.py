@@ -239,7 +239,8 @@ class OptimizerConfig(_Cfg):
         default="tree",
         description="tree: a prefix tree with a dense 4D mask (shares every common prefix, attention over the whole "
         "row); segments: a row's common prefix once, then each sequence's suffix, attended per segment without a "
-        "dense mask (train/segment_attention.py), for long episodes sharing a prompt; both exact",
+        "dense mask (train/segment_attention.py), for long episodes sharing a prompt; both exact. GRPO, SFT and "
+        "rejection sampling; DPO and reward models keep the tree (a pair is one unit of a row)",
     )
 
 

@@ -16,9 +16,12 @@ the prefix's gradient is the sum of what each suffix sends back through its keys
 (samples that agree on a first turn past the common prefix) is not exploited: each suffix starts where the
 row's common prefix ends.
 
-The model runs with the attention implementation ``agentrft_sdpa``: SDPA, unchanged, unless the forward call
-carries ``agentrft_segments`` (then the layout above; the 4D ``attention_mask`` is a placeholder). The layout
-travels as a forward keyword argument, so gradient checkpointing's recompute sees it too.
+The model runs with the attention implementation ``agentrft_sdpa`` (switched once, when the trainer is set up):
+SDPA, unchanged, unless the forward call carries ``agentrft_segments`` (then the layout above; the 4D
+``attention_mask`` is a NaN placeholder, so attention that ignored the layout would produce NaN, not a silently
+wrong result). The layout travels as a forward keyword argument, so gradient checkpointing's recompute
+sees it too. Tuned for CPU, where SDPA with a boolean mask and grouped-query heads keeps its flash kernel; on CUDA
+that combination falls back to the math kernel.
 
 Shape legend: R rows, H query heads, K kv heads, L row length, D head dim, N suffixes of a row, S longest suffix.
 """
@@ -54,8 +57,11 @@ def _attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
-    if dropout:
-        raise ValueError("segmented attention does not apply attention dropout")
+    unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+    if dropout or unsupported:
+        raise ValueError(
+            f"segmented attention computes plain causal attention; this model also needs {unsupported or ['dropout']}"
+        )
     return segmented_attention(query, key, value, segments, scaling), None
 
 
@@ -75,6 +81,19 @@ def use_segment_attention(model: Any) -> None:
     if impl != "sdpa":
         raise ValueError(f"segmented shared-prefix attention needs a model on sdpa attention, not {impl!r}")
     model.set_attn_implementation(NAME)
+    if getattr(config, "_attn_implementation", None) != NAME:  # transformers only warns when a model cannot switch
+        raise ValueError(f"{type(model).__name__} cannot take the {NAME} attention implementation (segment layout)")
+
+
+def check_segment_attention(model: Any) -> None:
+    """Refuse to run the segment layout on a model that was not switched (`use_segment_attention`): plain SDPA
+    would ignore the layout."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if impl != NAME:
+        raise ValueError(
+            f"the segment layout needs the model on the {NAME} attention implementation (use_segment_attention), "
+            f"not {impl!r}"
+        )
 
 
 def segmented_attention(q: Tensor, k: Tensor, v: Tensor, segments: Segments, scale: float | None) -> Tensor:
@@ -104,9 +123,10 @@ def segmented_attention(q: Tensor, k: Tensor, v: Tensor, segments: Segments, sca
             qs = q[r][:, idx].transpose(0, 1)  # (N, H, S, D)
             ks = torch.cat([k[r : r + 1, :, :p].expand(n, -1, -1, -1), k[r][:, idx].transpose(0, 1)], dim=2)
             vs = torch.cat([v[r : r + 1, :, :p].expand(n, -1, -1, -1), v[r][:, idx].transpose(0, 1)], dim=2)
-            # a suffix query sees the whole prefix and its own suffix up to itself; never a sibling's keys
-            own = (j[None, :] <= j[:, None])[None] & (j[None, None, :] < lens[:, None, None])  # (N, S, S)
-            mask = torch.cat([own.new_ones(n, s_max, p), own], dim=2)[:, None]  # (N, 1, S, P + S)
+            # a suffix query sees the whole prefix and its own suffix up to itself (never a sibling's keys: each
+            # suffix is its own batch entry); one lower-right causal mask serves every suffix, since a real query
+            # never reaches the padding keys after its suffix's end (padding queries' outputs are dropped)
+            mask = torch.ones(s_max, p + s_max, dtype=torch.bool, device=q.device).tril(p)  # (S, P + S)
             o = sdpa(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)  # (N, H, S, D)
             real = j[None, :] < lens[:, None]  # (N, S)
             cols.append(idx[real])

@@ -117,6 +117,10 @@ class Session:
         and are checkpointed, with the model's."""
         cfg.save(run_dir / CONFIG_NAME)
         model = prepare_model(base_model, cfg.policy)
+        if cfg.optimizer.shared_prefix and cfg.optimizer.shared_prefix_layout == "segments":
+            from agentrft.train.segment_attention import use_segment_attention
+
+            use_segment_attention(base_model)  # once, before any update: a model that cannot take it fails here
         if wrap is not None:
             model = wrap(model)
         o = cfg.optimizer

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -42,7 +42,7 @@ from agentrft.train.logprobs import _body_and_head, head_logprobs
 from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
 from agentrft.train.segment_attention import KWARG as SEGMENTS_KWARG
 from agentrft.train.segment_attention import NAME as SEGMENT_ATTENTION
-from agentrft.train.segment_attention import Segments, use_segment_attention
+from agentrft.train.segment_attention import Segments, check_segment_attention
 
 
 @dataclass
@@ -162,6 +162,7 @@ def segment_prefix_len(token_lists: Sequence[Sequence[int]], row: Sequence[int])
 
 
 def segment_row_len(token_lists: Sequence[Sequence[int]], row: Sequence[int]) -> int:
+    """Packed length of ``row`` in the segment layout: its common prefix once, then every sequence's rest."""
     p = segment_prefix_len(token_lists, row)
     return p + sum(len(token_lists[j]) - p for j in row)
 
@@ -224,7 +225,7 @@ def shared_prefix_micro_batches(
     row_tokens: int,
     pad_id: int = 0,
     units: Sequence[Sequence[int]] | None = None,
-    layout: str = "tree",
+    layout: Literal["tree", "segments"] = "tree",
 ) -> list[MicroBatch]:
     """Micro-batches whose ``.shared`` holds the packing; rows x longest packed row <= ``max_tokens``.
     ``units``: indices into ``seqs`` kept in one row, hence one micro-batch (see `plan_rows`; tree layout only).
@@ -280,8 +281,9 @@ def shared_prefix_logprobs(
         raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
     body, head = _body_and_head(model)
     if rows.segments is not None:
-        use_segment_attention(body)
-        placeholder = torch.ones((rows.input_ids.shape[0], 1, 1, 1), dtype=torch.bool)  # 4D: passed through as is
+        check_segment_attention(body)
+        # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
+        placeholder = torch.full((rows.input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
         hidden = body(
             input_ids=rows.input_ids,
             attention_mask=placeholder,
