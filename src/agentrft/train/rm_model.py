@@ -32,6 +32,7 @@ from torch import Tensor
 from agentrft.graders.rm_manifest import FORMAT, MANIFEST_NAME, SCORE_MEANING, read_manifest
 from agentrft.train.logprobs import _body_and_head
 from agentrft.train.packing import MicroBatch
+from agentrft.train.shared_prefix import packed_hidden
 
 HEAD_NAME = "head.safetensors"
 
@@ -76,12 +77,7 @@ def sequence_scores(rm: RewardModel, mb: MicroBatch) -> Tensor:
     rows_b = torch.arange(last.shape[0])
     if mb.shared is not None:
         rows = mb.shared
-        dtype = next(body.parameters()).dtype
-        hidden = body(
-            input_ids=rows.input_ids,
-            attention_mask=rows.attention_mask_for(body, dtype),
-            position_ids=rows.position_ids,
-        ).last_hidden_state  # (R, L, H)
+        hidden = packed_hidden(body, rows)  # (R, L, H)
         h = hidden[rows.seq_row, rows.seq_cols[rows_b, last]]
     else:
         hidden = body(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state  # (B, T, H)

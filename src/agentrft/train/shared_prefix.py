@@ -262,6 +262,24 @@ def shared_prefix_micro_batches(
     return out
 
 
+def packed_hidden(body: Any, rows: PrefixTreeRows) -> Tensor:
+    """(R, L, H) hidden states of the decoder ``body`` over packed ``rows``, in either layout."""
+    if rows.segments is not None:
+        check_segment_attention(body)
+        # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
+        placeholder = torch.full((rows.input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
+        return body(
+            input_ids=rows.input_ids,
+            attention_mask=placeholder,
+            position_ids=rows.position_ids,
+            **{SEGMENTS_KWARG: rows.segments},
+        ).last_hidden_state
+    dtype = next(body.parameters()).dtype
+    return body(
+        input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype), position_ids=rows.position_ids
+    ).last_hidden_state
+
+
 def shared_prefix_logprobs(
     model: Any,
     rows: PrefixTreeRows,
@@ -280,23 +298,7 @@ def shared_prefix_logprobs(
     if bool(loss_mask[:, 0].any()):
         raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
     body, head = _body_and_head(model)
-    if rows.segments is not None:
-        check_segment_attention(body)
-        # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
-        placeholder = torch.full((rows.input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
-        hidden = body(
-            input_ids=rows.input_ids,
-            attention_mask=placeholder,
-            position_ids=rows.position_ids,
-            **{SEGMENTS_KWARG: rows.segments},
-        ).last_hidden_state  # (R, L, H)
-    else:
-        dtype = next(body.parameters()).dtype
-        hidden = body(
-            input_ids=rows.input_ids,
-            attention_mask=rows.attention_mask_for(body, dtype),
-            position_ids=rows.position_ids,
-        ).last_hidden_state  # (R, L, H)
+    hidden = packed_hidden(body, rows)  # (R, L, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
     h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
     return head_logprobs(
