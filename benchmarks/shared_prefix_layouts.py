@@ -81,6 +81,10 @@ def one(layout: str, db: Path) -> dict[str, float]:
     ]
     model, _ = load_model_and_tokenizer("smollm2-135m")
     model.train()
+    if shared and kind == "segments":
+        from agentrft.train.segment_attention import use_segment_attention
+
+        use_segment_attention(model)
     if shared:
         mbs = shared_prefix_micro_batches(seqs, mb_tokens, row_tokens, 0, layout=kind)
     else:
