@@ -217,6 +217,11 @@ class HFSampler(InProcessPolicy):
             except queue.Empty:
                 return
 
+    def _note_kv_peak(self, batch: Any) -> None:
+        if batch.cache is not None:
+            rows, _, length = batch.shape
+            self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], rows * length)
+
     def _engine(self) -> None:
         """The engine thread: admit, step, deliver, until closed."""
 
@@ -296,14 +301,11 @@ class HFSampler(InProcessPolicy):
                     self.stats["prefills"] += batch.prefills - before[0]
                     self.stats["kv_positions"] += batch.kv_positions - kv_before[0]
                     self.stats["kv_used_positions"] += batch.kv_used_positions - kv_before[1]
-                    c_now, _, l_now = batch.shape
-                    self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], c_now * l_now)
+                    self._note_kv_peak(batch)
                 t_step = time.perf_counter()
                 done = batch.step()
                 self.stats["decode_s"] += time.perf_counter() - t_step
-                if batch.cache is not None:
-                    c_now, _, l_now = batch.shape
-                    self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], c_now * l_now)
+                self._note_kv_peak(batch)
                 self.stats["steps"] += 1
             except Exception as exc:  # a failed step fails its requests, not the sampler
                 error = RuntimeError(f"HF sampler failed: {type(exc).__name__}: {exc}")

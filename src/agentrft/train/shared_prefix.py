@@ -74,6 +74,17 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def _row_tensors(row_ids: list[list[int]], row_pos: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """(R, L) token ids (right-padded with ``pad_id``) and position ids of packed rows."""
+    length = max(len(ids) for ids in row_ids)
+    input_ids = torch.full((len(row_ids), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(row_ids), length), dtype=torch.long)
+    for r, (ids, pos) in enumerate(zip(row_ids, row_pos, strict=True)):
+        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        position_ids[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+    return input_ids, position_ids
+
+
 def pack_prefix_tree(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]], pad_id: int = 0) -> PrefixTreeRows:
     """Pack ``seqs`` (token lists, in micro-batch order) into ``rows`` (indices into ``seqs``, each row sorted)."""
     n_seq = len(seqs)
@@ -100,13 +111,10 @@ def pack_prefix_tree(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int]
             prev, prev_cols = s, cols
         row_ids.append(ids)
         row_pos.append(pos)
-    length = max(len(ids) for ids in row_ids)
-    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((len(rows), length), dtype=torch.long)
+    input_ids, position_ids = _row_tensors(row_ids, row_pos, pad_id)
+    length = input_ids.shape[1]
     mask = torch.zeros((len(rows), 1, length, length), dtype=torch.bool)
-    for r, (ids, pos) in enumerate(zip(row_ids, row_pos, strict=True)):
-        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        position_ids[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+    for r, ids in enumerate(row_ids):
         # padding columns attend to themselves only: a query that sees no key would make SDPA emit NaN,
         # and 0 * NaN in the backward poisons weight gradients even though no loss reads those columns
         pad = torch.arange(len(ids), length)
@@ -144,12 +152,7 @@ def pack_segment_rows(seqs: Sequence[Sequence[int]], rows: Sequence[Sequence[int
         row_ids.append(ids)
         row_pos.append(pos)
         segments.append((p, spans))
-    length = max(len(ids) for ids in row_ids)
-    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((len(rows), length), dtype=torch.long)
-    for r, (ids, pos) in enumerate(zip(row_ids, row_pos, strict=True)):
-        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        position_ids[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+    input_ids, position_ids = _row_tensors(row_ids, row_pos, pad_id)
     return PrefixTreeRows(
         input_ids, position_ids, None, seq_row, seq_cols, sum(len(ids) for ids in row_ids), segments=segments
     )
