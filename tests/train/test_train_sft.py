@@ -312,3 +312,18 @@ def test_sft_trains_the_policys_own_distribution_the_first_nll_is_the_samplers_l
     first = res.history[0]
     assert first["train_tokens"] == len(sampled) == 36
     assert first["nll"] == pytest.approx(-sum(sampled) / len(sampled), abs=1e-5)
+
+
+def test_prompt_groups_key_the_opening_of_the_prompt_not_the_question():
+    from agentrft.envs.registry import make_env
+    from agentrft.train.sft import prompt_groups
+
+    env = make_env("finqa-lite:1,2,3")
+    tasks = [t for t in env.tasks("train") if t.data["level"] in (2, 3)][::150]  # levels 2, 2, 3, 3
+    trajs = []
+    for task in tasks:
+        prompt = env.initial_messages(task)
+        trajs.append(Trajectory(messages=[*prompt, Message(role="assistant", content="x")], n_prompt_messages=len(prompt)))
+    assert [t.messages[-2].content for t in trajs[:2]][0] != trajs[1].messages[-2].content  # different questions
+    assert prompt_groups(trajs) == [0, 0, 1, 1]  # same level: same system prompt and worked example
+    assert prompt_groups([Trajectory(messages=[Message(role="user", content=q)]) for q in "ab"]) == [0, 0]

@@ -5,7 +5,7 @@ import pytest
 from conftest import fake_trajectory
 
 from agentrft.train.config import AlgorithmConfig
-from agentrft.train.stages import advantage_stage, filter_stage, group_trajectories, next_tasks
+from agentrft.train.stages import advantage_stage, filter_stage, group_trajectories, grouped_order, next_tasks
 from agentrft.types import Grade, GradeError, Message, Task
 
 
@@ -17,6 +17,35 @@ def test_next_tasks_is_a_deterministic_endless_shuffle():
     assert [t.id for t in next_tasks(tasks, 0, 5, seed=1)] == first
     with pytest.raises(ValueError, match="no training tasks"):
         next_tasks([], 0, 1, seed=0)
+
+
+def test_grouped_draws_take_a_batch_from_one_group_and_still_cover_every_item_once_per_epoch():
+    items = list(range(27))
+    groups = [i % 3 for i in items]  # three groups of 9: with batches of 4, two whole chunks each, 3 left over
+    epoch = next_tasks(items, 0, 27, seed=5, groups=groups, chunk=4)
+    assert sorted(epoch) == items
+    chunks = [epoch[k : k + 4] for k in range(0, 24, 4)]
+    assert all(len({groups[i] for i in chunk}) == 1 for chunk in chunks)  # six batches, each of one group
+    assert sorted(groups[i] for i in epoch[24:]) == [0, 1, 2]  # the remainders, together at the end
+    # a function of (seed, cursor): a resumed draw is the uninterrupted one's, across the epoch boundary too
+    stream = next_tasks(items, 0, 60, seed=5, groups=groups, chunk=4)
+    assert next_tasks(items, 22, 30, seed=5, groups=groups, chunk=4) == stream[22:52]
+    assert sorted(stream[27:54]) == items and stream[27:54] != epoch  # the next epoch: another grouping
+    plain = next_tasks(items, 0, 27, seed=5)
+    assert plain != epoch and sorted(plain) == items
+
+
+def test_grouped_order_is_a_permutation_of_any_order():
+    rng = random.Random(0)
+    for _ in range(50):
+        n_items, n = rng.randint(1, 40), rng.randint(1, 9)
+        order = list(range(n_items))
+        rng.shuffle(order)
+        groups = [rng.randint(0, 4) for _ in range(n_items)]
+        out = grouped_order(order, groups, n, random.Random(1))
+        assert sorted(out) == list(range(n_items))
+        whole = n_items - sum(groups.count(g) % n for g in set(groups))
+        assert all(len({groups[i] for i in out[k : k + n]}) == 1 for k in range(0, whole, n))
 
 
 def _group(rewards, turns=2, turn_rewards=None):

@@ -326,20 +326,23 @@ def summarize(
     )
 
 
-def select_tasks(tasks: Sequence[Task], limit: int | None) -> list[Task]:
+def select_tasks(tasks: Sequence[Task], limit: int | Mapping[int, int] | None) -> list[Task]:
     """The first ``limit`` tasks (all when None): deterministic, so two evals see the same tasks. Where the
     tasks have several levels (``data["level"]``, e.g. ``finqa-lite:2,3,4``), the first ``limit`` of each
-    level, so every level is measured on as many tasks as a one-level eval would be."""
-    if limit is not None and limit < 1:
-        raise InputError(f"tasks must be at least 1, got {limit}")
+    level, so every level is measured on as many tasks as a one-level eval would be. A mapping gives each
+    level its own count (a level it does not name: none)."""
     if limit is None:
         return list(tasks)
+    counts: dict[Any, int] = dict(limit) if isinstance(limit, Mapping) else {}
+    if min(counts.values() if isinstance(limit, Mapping) else [limit], default=1) < 1:
+        raise InputError(f"tasks must be at least 1, got {limit}")
     taken: dict[Any, int] = {}
     chosen = []
     for task in tasks:
         level = task.data.get("level") if isinstance(task.data, dict) else None
         level = level if isinstance(level, int | str) else None  # only scalar levels group tasks
-        if taken.get(level, 0) < limit:
+        cap = counts.get(level, 0) if isinstance(limit, Mapping) else limit
+        if taken.get(level, 0) < cap:
             taken[level] = taken.get(level, 0) + 1
             chosen.append(task)
     return chosen
@@ -356,7 +359,7 @@ async def evaluate_async(
     *,
     split: str = "held-out",
     samples: int = 4,
-    tasks: int | None = None,
+    tasks: int | Mapping[int, int] | None = None,
     store: Any,
     run_name: str = "eval",
     params: Any = None,

@@ -23,6 +23,12 @@ class SFTConfig(_Cfg):
         description="trajectories per optimizer step, drawn from the selection as an endless seeded shuffle "
         "(one pass over it per epoch; epochs = steps * batch_size / selected)",
     )
+    group_by_prompt: bool = Field(
+        default=False,
+        description="draw each batch from trajectories whose prompts open alike (the same system prompt and "
+        "worked examples: every prompt message but the last), as far as the groups' sizes allow, so a shared-prefix "
+        "layout runs that opening once per packed row (train.sft.prompt_groups)",
+    )
 
 
 class RejectionSamplingConfig(_Cfg):

@@ -9,7 +9,8 @@ Both run before anything is written (`agentrft train` runs them in `check_refere
 Each step reads as its stages: draw ``sft.batch_size`` trajectories (an endless seeded
 shuffle whose cursor is the checkpoint's ``state.cursor``, as GRPO draws tasks, so a
 resumed run draws what an uninterrupted one would; epochs are implied by steps) ->
-pack (prefix trees: the shared system prompt and worked examples run once per row) ->
+pack (prefix trees: the shared system prompt and worked examples run once per row; ``sft.group_by_prompt``
+draws a batch from trajectories whose prompts open alike, so there is more to share) ->
 update (mean NLL over the step's assistant tokens, `algos.sft`, with the step's global
 loss-token count) -> sync -> (eval) -> log. Log-probs are those of the model itself
 (``Distribution()``, temperature 1): SFT fits the policy, not a warped sampler.
@@ -19,6 +20,7 @@ loss-token count) -> sync -> (eval) -> log. Log-probs are those of the model its
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -142,13 +144,28 @@ def train_stage(
     return metrics
 
 
+def prompt_groups(trajectories: list[Trajectory]) -> list[int]:
+    """A key per trajectory, equal where the prompts open alike: every prompt message but the last (the system
+    prompt and worked examples before the task's own question). Trajectories without recorded prompt messages
+    form one group."""
+    keys: dict[str, int] = {}
+    out = []
+    for traj in trajectories:
+        opening = traj.messages[: max(traj.n_prompt_messages - 1, 0)]
+        text = json.dumps([m.model_dump(mode="json", exclude_none=True) for m in opening], sort_keys=True)
+        out.append(keys.setdefault(text, len(keys)))
+    return out
+
+
 def sft_step(cfg: TrainConfig, policy: TrainablePolicy, session: Session, data: SFTData, evaluate: Evaluate) -> StepFn:
     """One filtered-SFT step: draw -> pack -> update -> sync -> (eval)."""
     state = session.state
     examples = data.trajectories
 
+    groups = prompt_groups(examples) if cfg.sft.group_by_prompt else None
+
     def step_fn(step: int) -> dict[str, float]:
-        batch = next_tasks(examples, state.cursor, cfg.sft.batch_size, cfg.seed)
+        batch = next_tasks(examples, state.cursor, cfg.sft.batch_size, cfg.seed, groups, chunk=cfg.sft.batch_size)
         state.cursor += len(batch)
         metrics = train_stage(cfg, policy, session, batch)
         metrics.update(data.metrics())

@@ -44,20 +44,45 @@ T = TypeVar("T")
 MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two healthy members
 
 
-def next_tasks(tasks: Sequence[T], cursor: int, n: int, seed: int) -> list[T]:
+def next_tasks(
+    tasks: Sequence[T], cursor: int, n: int, seed: int, groups: Sequence[int] | None = None, chunk: int = 1
+) -> list[T]:
     """Items ``cursor .. cursor+n`` of an endless stream: one seeded shuffle of the list per epoch. GRPO draws
     its tasks this way, SFT its trajectories and DPO its pairs; the cursor in the checkpoint makes a resumed
-    run draw the same."""
+    run draw the same. ``groups`` (one key per item): each epoch's order is `grouped_order`'s, in runs of
+    ``chunk`` items of one group as far as the groups' sizes allow (SFT: chunk = batch size)."""
     out: list[T] = []
     size = len(tasks)
     if size == 0:
         raise ValueError("nothing to draw from (no training tasks, or an empty selection)")
+    orders: dict[int, list[int]] = {}
     for pos in range(cursor, cursor + n):
         epoch, idx = divmod(pos, size)
-        order = list(range(size))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(tasks[order[idx]])
+        if epoch not in orders:
+            order = list(range(size))
+            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            if groups is not None:
+                order = grouped_order(order, groups, chunk, random.Random(seed * 1_000_003 + epoch + 1))
+            orders[epoch] = order
+        out.append(tasks[orders[epoch][idx]])
     return out
+
+
+def grouped_order(order: list[int], groups: Sequence[int], n: int, rng: random.Random) -> list[int]:
+    """``order`` (a shuffle of item indices) regrouped into runs of ``n`` items of one group: each group's
+    items are cut, in shuffled order, into chunks of ``n``; the chunks are shuffled; the groups' remainders
+    (fewer than ``n`` each) come last, together. A permutation of ``order``."""
+    by_group: dict[int, list[int]] = {}
+    for i in order:
+        by_group.setdefault(groups[i], []).append(i)
+    chunks: list[list[int]] = []
+    rest: list[int] = []
+    for members in by_group.values():
+        whole = len(members) - len(members) % n
+        chunks += [members[k : k + n] for k in range(0, whole, n)]
+        rest += members[whole:]
+    rng.shuffle(chunks)
+    return [i for chunk in chunks for i in chunk] + rest
 
 
 def train_runner(cfg: TrainConfig, env: Environment, policy: TokenSampler, store: Store | None) -> Runner:

@@ -8,6 +8,7 @@ import pytest
 
 from agentrft.envs.finqa.env import LEVEL_LIMITS, FinqaLiteEnv
 from agentrft.eval.harness import select_tasks
+from agentrft.inputs import InputError
 from agentrft.rollout.agent import prompt_messages
 from agentrft.rollout.formats import make_format
 
@@ -61,3 +62,8 @@ def test_an_eval_takes_the_first_tasks_of_each_level(mixed: FinqaLiteEnv) -> Non
     one_level = FinqaLiteEnv(levels=(3,), seed=0).tasks("held-out")
     assert select_tasks(one_level, 5) == one_level[:5]
     assert select_tasks(tasks, None) == tasks
+    by_level = select_tasks(tasks, {1: 2, 3: 1, 4: 3})  # a count per level; level 2 not named: none
+    assert [t.data["level"] for t in by_level] == [1, 1, 3, 4, 4, 4]
+    assert [t.id for t in by_level if t.data["level"] == 4] == [t.id for t in chosen if t.data["level"] == 4]
+    with pytest.raises(InputError, match="at least 1"):
+        select_tasks(tasks, {1: 0})
