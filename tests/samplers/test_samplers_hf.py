@@ -477,6 +477,26 @@ def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list
         assert row.token_ids == ref.token_ids
 
 
+def test_the_kv_estimate_is_the_cache_admission_builds_also_when_a_prompt_is_split_over_rows(
+    sampler: HFSampler, prompt: list[int]
+) -> None:
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    batch = RunningBatch(model, spec, torch.device("cpu"))
+    params = SamplingParams(temperature=0.0, max_tokens=5)
+    many_narrow = [SampleRequest(prompt[: 6 + i], params) for i in range(12) for _ in range(2)]  # 12 rows, 2 wide
+    wide = [SampleRequest(prompt[:20], SamplingParams(temperature=0.0, max_tokens=7)) for _ in range(8)]
+    with torch.inference_mode():
+        for reqs in (many_narrow, wide):
+            estimate = batch.positions_with(reqs)
+            batch.admit(reqs, [RowState(r.params, None) for r in reqs])
+            rows, width, length = batch.shape
+            left = max(r.params.max_tokens - len(r.token_ids) for r in batch.rows)
+            assert estimate == rows * (length + width * left)
+        assert batch.shape[0] > 12 + 1  # the 8 requests of one prompt took more than one row: the case estimated
+        _drain(batch)
+
+
 def test_kv_budget_holds_requests_back_and_changes_no_result(prompt: list[int]) -> None:
     model, tok = tiny_model_and_tokenizer()
     reqs = [

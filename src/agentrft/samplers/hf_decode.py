@@ -194,22 +194,26 @@ class RunningBatch:
 
     def positions_with(self, requests: list[SampleRequest]) -> int:
         """Cache positions (cache rows x length) the batch would reach with `requests` admitted, before any row
-        leaves: the live cache rows plus one per new distinct prompt, all as long as the longest prompt, grown by
-        one column per slot for every token the longest reply may still sample. An estimate (a prompt with more
-        requests than slots takes more rows), for bounding admissions, not an allocation."""
+        leaves: the live cache rows plus the rows `admit` gives the new prompts (`_slot_width`: a prompt with more
+        requests than slots takes several), all as long as the longest prompt, grown by one column per slot for
+        every token the longest reply may still sample. For bounding admissions, not an allocation."""
         live_rows = len({c for c, _ in self.slot})
-        _, width, length = self.shape if self.cache is not None else (0, 0, 0)
+        _, width0, length = self.shape if self.cache is not None else (0, 0, 0)
         counts: dict[tuple[int, ...], int] = {}
         for r in requests:
             key = tuple(r.prompt_ids)
             counts[key] = counts.get(key, 0) + 1
-        width = max([width, *counts.values()])
         length = max([length, *(len(k) for k in counts)])
+        rows, width = live_rows, width0
+        if counts:
+            w = _slot_width(list(counts.values()), length, live_rows, width0, self.token_cost)
+            rows += sum(-(-n // w) for n in counts.values())
+            width = max(width0, w)
         left = max(
             [0, *(r.params.max_tokens - len(r.token_ids) for r in self.rows), *(r.params.max_tokens for r in requests)]
         )
         grow = min(left, 2048, max(self.spec.max_positions - length, 0))  # a row stops at the model's positions
-        return (live_rows + len(counts)) * (length + width * grow)
+        return rows * (length + width * grow)
 
     def retire(self, indices: list[int]) -> None:
         """Stop decoding the rows at `indices` (their callers gave up)."""
