@@ -323,7 +323,9 @@ def test_prompt_groups_key_the_opening_of_the_prompt_not_the_question():
     trajs = []
     for task in tasks:
         prompt = env.initial_messages(task)
-        trajs.append(Trajectory(messages=[*prompt, Message(role="assistant", content="x")], n_prompt_messages=len(prompt)))
-    assert [t.messages[-2].content for t in trajs[:2]][0] != trajs[1].messages[-2].content  # different questions
+        trajs.append(
+            Trajectory(messages=[*prompt, Message(role="assistant", content="x")], n_prompt_messages=len(prompt))
+        )
+    assert trajs[0].messages[-2].content != trajs[1].messages[-2].content  # different questions
     assert prompt_groups(trajs) == [0, 0, 1, 1]  # same level: same system prompt and worked example
     assert prompt_groups([Trajectory(messages=[Message(role="user", content=q)]) for q in "ab"]) == [0, 0]
