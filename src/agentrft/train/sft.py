@@ -161,7 +161,6 @@ def sft_step(cfg: TrainConfig, policy: TrainablePolicy, session: Session, data: 
     """One filtered-SFT step: draw -> pack -> update -> sync -> (eval)."""
     state = session.state
     examples = data.trajectories
-
     groups = prompt_groups(examples) if cfg.sft.group_by_prompt else None
 
     def step_fn(step: int) -> dict[str, float]:

@@ -62,7 +62,7 @@ def next_tasks(
             order = list(range(size))
             random.Random(seed * 1_000_003 + epoch).shuffle(order)
             if groups is not None:
-                order = grouped_order(order, groups, chunk, random.Random(seed * 1_000_003 + epoch + 1))
+                order = grouped_order(order, groups, chunk, random.Random(f"{seed}:{epoch}:groups"))
             orders[epoch] = order
         out.append(tasks[orders[epoch][idx]])
     return out
