@@ -18,7 +18,7 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     assert sft.method == "sft" and rl.method == "grpo"
     assert sft.data.source == str(tmp_path / RUN_STORE_NAME) and sft.data.runs == ["demos"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
-    assert rl.rollout.env == sft.rollout.env == "finqa-lite:1,2,3,4"
+    assert (sft.rollout.env, rl.rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:1,2,3")
     with pytest.raises(ConfigError, match=r"expected \[imitation\.\|rl\.\]KEY=VALUE"):
         agentic_configs(tmp_path, False, ["steps"])
     with pytest.raises(ConfigError, match="rollout.group_size"):

@@ -396,13 +396,13 @@ _SFT: dict[str, Any] = {
 # own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
 _AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
-# One pass over the recipe's demonstrations (96 of each of levels 1-3, 32 of level 4); a batch is 8 of one level (sft.group_by_prompt), packed
+# One pass over the recipe's demonstrations (32, 96, 200 and 16 of levels 1-4: agentic.DEMO_TASKS); a batch is 8 of one level (sft.group_by_prompt), packed
 # as segments in 8192-token rows, so a level's prompt (system, tools, worked example: 470-2,340 tokens) runs once
 # per row instead of once per demonstration. The first run of the recipe (24 steps over 48 per level, lr 3e-5)
 # fitted its demonstrations (nll 0.43 -> 0.08) but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
     **_SFT,
-    "steps": 40,
+    "steps": 43,
     "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
     "data": {"success_only": True, "runs": ["demos"]},
     "sft": {"batch_size": 8, "group_by_prompt": True},
@@ -422,9 +422,12 @@ _AGENTIC_IMITATION: dict[str, Any] = {
 _AGENTIC_RL: dict[str, Any] = {
     **_DEMO,
     "steps": 8,
+    # Levels 1-3: a level-4 episode of the imitated policy runs up to 10 turns of ~2-4k prompt tokens (its held-out
+    # eval: 64 episodes in 31 min), so a curriculum step promoted to level 4 would cost ~10 min of sampling alone,
+    # a quarter of the recipe's 45-minute budget for imitation plus RL. Level 4 is learned from imitation.
     "policy": {**_DEMO["policy"], "sampler_precision": "bf16"},
     "rollout": {
-        "env": _AGENTIC_ENV,
+        "env": "finqa-lite:1,2,3",
         "tasks_per_step": 4,
         "group_size": 8,
         "temperature": 0.7,
