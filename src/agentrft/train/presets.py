@@ -1,0 +1,123 @@
+"""The named training configs (`agentrft train PRESET`, `load_config("demo")`): plain dicts that
+`config.build_config` validates, so a preset is checked exactly as a user's YAML file is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The demo's recipe (`agentrft demo` trains with exactly these): SmolLM2-135M, full fine-tune, finqa-lite
+# level 1. T=0.7: at T=1 the 135M model almost never completes a task (0/48 measured), greedy ~50%.
+_DEMO: dict[str, Any] = {
+    "seed": 0,
+    "steps": 10,
+    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": True},
+    "rollout": {"env": "finqa-lite:1", "tasks_per_step": 4, "group_size": 8, "temperature": 0.7, "max_tokens": 48},
+    "algorithm": {"advantage": "grpo", "aggregation": "token_mean", "eps_low": 0.2, "eps_high": 0.28},
+    "optimizer": {"lr": 3e-5, "warmup_steps": 1, "schedule": "constant", "grad_clip": 1.0},
+    "eval": {"every_steps": 0},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+    "logging": {"tensorboard": True},
+}
+# Filtered SFT of SmolLM2-135M on recorded successes; `agentrft sft --data SOURCE` starts from it. On the demo's
+# 53 distinct successes (demo2 run) these 16 steps (2.4 epochs) took held-out pass@1 from 0.109 to 0.688.
+# No gradient checkpointing: a step of 8 trajectories packs to ~1,500 tokens (one shared prompt), 4.9 GiB peak RSS.
+_SFT: dict[str, Any] = {
+    "method": "sft",
+    "seed": 0,
+    "steps": 16,
+    "policy": {"name": "smollm2-135m", "finetune": "full", "gradient_checkpointing": False},
+    "data": {"success_only": True},
+    "sft": {"batch_size": 8},
+    "rollout": {"env": "finqa-lite:1", "temperature": 0.7, "max_tokens": 48},
+    "optimizer": {"lr": 3e-5, "warmup_steps": 2, "schedule": "cosine", "grad_clip": 1.0},
+    "eval": {"every_steps": 0},
+    "checkpoint": {"every_steps": 10, "keep_last": 1},
+    "logging": {"tensorboard": True},
+}
+# The agentic recipe (`agentrft demo --agentic`, agentic.py) on finqa-lite levels 1-4. Every task is prompted as its
+# own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
+_AGENTIC_ENV = "finqa-lite:1,2,3,4"
+# Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
+# One pass over the recipe's demonstrations (32, 96, 200 and 16 of levels 1-4: agentic.DEMO_TASKS); a batch is 8 of one level (sft.group_by_prompt), packed
+# as segments in 8192-token rows, so a level's prompt (system, tools, worked example: 470-2,340 tokens) runs once
+# per row instead of once per demonstration. The first run of the recipe (24 steps over 48 per level, lr 3e-5)
+# fitted its demonstrations (nll 0.43 -> 0.08) but mostly picked the wrong formula on held-out questions.
+_AGENTIC_IMITATION: dict[str, Any] = {
+    **_SFT,
+    "steps": 43,
+    "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
+    "data": {"success_only": True, "runs": ["demos"]},
+    "sft": {"batch_size": 8, "group_by_prompt": True},
+    "rollout": {"env": _AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
+    "optimizer": {
+        **_SFT["optimizer"],
+        "lr": 1e-4,
+        "warmup_steps": 3,
+        "shared_prefix_layout": "segments",
+        "shared_prefix_row_tokens": 8192,
+        "micro_batch_tokens": 8192,
+    },
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+}
+# RL from the imitated weights: GRPO with the curriculum over levels, the outcome plus a share of the process
+# credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
+_AGENTIC_RL: dict[str, Any] = {
+    **_DEMO,
+    "steps": 8,
+    # Levels 1-3: a level-4 episode of the imitated policy runs up to 10 turns of ~2-4k prompt tokens (its held-out
+    # eval: 64 episodes in 31 min), so a curriculum step promoted to level 4 would cost ~10 min of sampling alone,
+    # a quarter of the recipe's 45-minute budget for imitation plus RL. Level 4 is learned from imitation.
+    "policy": {**_DEMO["policy"], "sampler_precision": "bf16"},
+    "rollout": {
+        "env": "finqa-lite:1,2,3",
+        "tasks_per_step": 4,
+        "group_size": 8,
+        "temperature": 0.7,
+        "max_tokens": 192,
+        "grader": {
+            "type": "multi",
+            "graders": {
+                "answer": {
+                    "type": "numeric",
+                    "name": "answer",
+                    "input": "{{ sample.output_text }}",
+                    "reference": "{{ item.answer }}",
+                    "rel_tol": 0.01,
+                },
+                "process": {"type": "finqa_process"},
+            },
+            "calculate_output": "answer + 0.2 * max(process, 0)",
+        },
+        "curriculum": {"enabled": True, "window": 32, "min_episodes": 16, "promote_at": 0.6, "keep_share": 0.3},
+    },
+    "algorithm": {**_DEMO["algorithm"], "turn_level": True, "turn_weight": 0.5},
+    # A level-3 group is 8 episodes of ~2.4k tokens sharing a ~1.5k-token prompt: the tree's 2048-token rows hold
+    # one episode each (nothing shared: 58,831 tokens through the model in the recipe's first level-3 step), the
+    # segment layout runs each prompt once (16,350 tokens for the same step's trajectories).
+    "optimizer": {**_DEMO["optimizer"], "shared_prefix_layout": "segments", "shared_prefix_row_tokens": 4096},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": _DEMO,
+    "sft": _SFT,
+    "agentic-imitation": _AGENTIC_IMITATION,
+    "agentic-rl": _AGENTIC_RL,
+    # Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
+    # each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
+    "rejection-sampling": {
+        **_SFT,
+        "method": "rejection_sampling",
+        "steps": 12,
+        "data": {"success_only": True, "best_of_n": 1},
+        "rejection_sampling": {"steps_per_round": 4, "tasks_per_round": 8},
+        "rollout": {**_DEMO["rollout"]},
+        "checkpoint": {"every_steps": 4, "keep_last": 1},
+    },
+    # Minutes, not hours: a smoke run of the same pipeline.
+    "demo-quick": {
+        **_DEMO,
+        "steps": 2,
+        "rollout": {**_DEMO["rollout"], "tasks_per_step": 2, "group_size": 4, "max_tokens": 40},
+        "checkpoint": {"every_steps": 0, "keep_last": 1},
+    },
+}
