@@ -212,9 +212,7 @@ def run_agentic(
     (run_dir / SETTINGS_NAME).write_text(json.dumps(chosen, indent=2))
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    policy = load_trainable_policy(
-        rl_cfg.policy.name, sampler=rl_cfg.policy.sampler, seed=rl_cfg.seed, precision=rl_cfg.policy.sampler_precision
-    )
+    policy = load_trainable_policy(rl_cfg.policy.name, seed=rl_cfg.seed, **rl_cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
     try:

@@ -99,9 +99,7 @@ def run_demo(
     t0 = time.perf_counter()
     env = make_env(cfg.rollout.env)
     grader = load_grader(cfg.rollout.grader or env.grader_spec())
-    sampler = load_trainable_policy(
-        cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed, precision=cfg.policy.sampler_precision
-    )
+    sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
     params = SamplingParams(temperature=settings.eval_temperature, max_tokens=cfg.rollout.max_tokens)

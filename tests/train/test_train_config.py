@@ -106,3 +106,25 @@ def test_check_references_names_the_key_before_any_model(tmp_path):
         with pytest.raises(ConfigError) as exc:
             check_references(build_config(data), "c.yaml")
         assert str(exc.value).startswith(f"c.yaml: {why}"), str(exc.value)
+
+
+def test_the_engine_memory_bounds_are_config_options_that_reach_the_sampler(tmp_path):
+    from agentrft.samplers.hf import HFSampler
+    from agentrft.train.loop import build_components
+
+    cfg = load_config(
+        "demo",
+        ["policy.name=tiny", "policy.sampler_kv_positions=4096", "policy.sampler_prefix_cache_tokens=0"],
+    )
+    comps = build_components(cfg, tmp_path)
+    try:
+        assert isinstance(comps.sampler, HFSampler)
+        assert comps.sampler.max_kv_positions == 4096 and not comps.sampler.prefix_cache.enabled
+    finally:
+        comps.store.close()
+        comps.sampler.close()
+    unbounded = load_config("demo", ["policy.sampler_kv_positions=null"]).policy.sampler_options()
+    assert unbounded["max_kv_positions"] is None
+    assert "max_kv_positions" not in load_config("demo", ["policy.sampler=reference"]).policy.sampler_options()
+    with pytest.raises(ConfigError, match="policy.sampler_kv_positions"):
+        load_config("demo", ["policy.sampler_kv_positions=0"])

@@ -62,6 +62,19 @@ class PolicyConfig(_Cfg):
         "with full fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast "
         "every decode step)",
     )
+    sampler_kv_positions: int | None = Field(
+        default=32768,
+        ge=1,
+        description="the engine's bound on its batch KV cache (rows x length positions; None: unbounded): requests "
+        "wait for room rather than grow it; with the prefix cache, what bounds the sampler's memory on long "
+        "multi-turn episodes (a position of SmolLM2-135M's KV is 30 KiB in bf16)",
+    )
+    sampler_prefix_cache_tokens: int = Field(
+        default=32768,
+        ge=0,
+        description="positions of KV the engine keeps for shared prompt prefixes and finished turns, reused by "
+        "later requests that extend them; 0 turns the prefix cache off",
+    )
     finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
     lora_r: int = Field(default=16, ge=1)
     lora_alpha: int = Field(default=32, ge=1)
@@ -76,6 +89,16 @@ class PolicyConfig(_Cfg):
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="bf16 autocast with fp32 master weights; auto = bf16 when the CPU runs bf16 matmuls"
     )
+
+    def sampler_options(self) -> dict[str, Any]:
+        """Keyword arguments of `samplers.policies.load_trainable_policy` for this section (the name and seed apart)."""
+        options: dict[str, Any] = {"sampler": self.sampler, "precision": self.sampler_precision}
+        if self.sampler == "engine":
+            options |= {
+                "max_kv_positions": self.sampler_kv_positions,
+                "prefix_cache_tokens": self.sampler_prefix_cache_tokens,
+            }
+        return options
 
 
 class CurriculumConfig(_Cfg):

@@ -77,9 +77,7 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
     grader = load_grader(cfg.rollout.grader or env.grader_spec())  # a bad spec fails before the model loads
     if cfg.rollout.curriculum.enabled:  # so do training tasks without levels
         task_source(env.tasks(cfg.rollout.split), cfg.rollout.curriculum, cfg.seed, None)
-    policy = load_trainable_policy(
-        cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed, precision=cfg.policy.sampler_precision
-    )
+    policy = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME))
 
 

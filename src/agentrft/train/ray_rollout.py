@@ -47,9 +47,7 @@ class RolloutWorker:
         self.index = index
         self.env = make_env(cfg.rollout.env)
         self.grader = load_grader(cfg.rollout.grader or self.env.grader_spec())
-        self.policy = load_trainable_policy(
-            cfg.policy.name, sampler=cfg.policy.sampler, seed=cfg.seed, precision=cfg.policy.sampler_precision
-        )
+        self.policy = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
         self.model = prepare_model(self.policy.model, cfg.policy)  # the trainer's parameter names
         self.model.requires_grad_(False)
         self.policy.reseed(cfg.seed * 1_000_003 + 7_919 * (index + 1))
