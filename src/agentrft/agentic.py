@@ -36,12 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TRAIN_ENV = "finqa-lite:1,2,3,4"
-# Imitation time goes where the held-out pass rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on
-# levels 1-2, ~55 s on level 3 and ~190 s on level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left
-# level 3 at 0.05; 128 more level-3 updates took it to 0.66. 32 of level 4 (13 min) left it at 0. So: most of the
-# budget on level 3, level 1 (solved by the base model's few-shot prompt) and level 4 a few batches each.
-DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 16}
+from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
+from agentrft.train.presets import AGENTIC_ENV as TRAIN_ENV
 
 
 class AgenticSettings(BaseModel):

@@ -36,19 +36,26 @@ _SFT: dict[str, Any] = {
 }
 # The agentic recipe (`agentrft demo --agentic`, agentic.py) on finqa-lite levels 1-4. Every task is prompted as its
 # own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
-_AGENTIC_ENV = "finqa-lite:1,2,3,4"
+AGENTIC_ENV = "finqa-lite:1,2,3,4"
+# Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`). Imitation time goes where the held-out pass
+# rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on levels 1-2, ~55 s on level 3 and ~190 s on
+# level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left level 3 at 0.05; 128 more level-3 updates
+# took it to 0.66. 32 of level 4 (13 min) left it at 0. So: most of the budget on level 3, level 1 (solved by the
+# base model's few-shot prompt) and level 4 a few batches each.
+AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 16}
+_AGENTIC_BATCH = 8
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
-# One pass over the recipe's demonstrations (32, 96, 200 and 16 of levels 1-4: agentic.DEMO_TASKS); a batch is 8 of one level (sft.group_by_prompt), packed
+# One pass over the recipe's demonstrations; a batch is 8 of one level (sft.group_by_prompt), packed
 # as segments in 8192-token rows, so a level's prompt (system, tools, worked example: 470-2,340 tokens) runs once
 # per row instead of once per demonstration. The first run of the recipe (24 steps over 48 per level, lr 3e-5)
 # fitted its demonstrations (nll 0.43 -> 0.08) but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
     **_SFT,
-    "steps": 43,
+    "steps": -(-sum(AGENTIC_DEMO_TASKS.values()) // _AGENTIC_BATCH),  # one pass: 43
     "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
     "data": {"success_only": True, "runs": ["demos"]},
-    "sft": {"batch_size": 8, "group_by_prompt": True},
-    "rollout": {"env": _AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
+    "sft": {"batch_size": _AGENTIC_BATCH, "group_by_prompt": True},
+    "rollout": {"env": AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
     "optimizer": {
         **_SFT["optimizer"],
         "lr": 1e-4,
