@@ -24,6 +24,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,7 +76,10 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         store=Store(run_dir / "agentrft.db"),
     )
     t0, cpu0 = time.perf_counter(), cpu_seconds()
-    res = train(cfg, run_dir, components=comps)
+    try:
+        res = train(cfg, run_dir, components=comps)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)  # the saved policy alone is ~2 GB per mode
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     h = res.history
     trained = sum(r.get("train_sequences", 0.0) for r in h)

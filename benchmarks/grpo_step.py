@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -78,7 +79,11 @@ def main() -> None:
     )
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     t0 = time.perf_counter()
-    result = train(cfg, run_dir)
+    try:
+        result = train(cfg, run_dir)
+    finally:
+        if not args.run_dir:  # a scratch directory: its saved policy is ~2 GB
+            shutil.rmtree(run_dir, ignore_errors=True)
     wall = time.perf_counter() - t0
     m = result.history[-1]
     from agentrft.samplers.policies import load_model_and_tokenizer
