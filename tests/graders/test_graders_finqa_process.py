@@ -10,8 +10,9 @@ import pytest
 
 from agentrft.envs.base import EnvLimits
 from agentrft.envs.finqa.env import FinqaLiteEnv
+from agentrft.envs.finqa.expert import report_programs
 from agentrft.graders import grade_trajectory, load_grader
-from agentrft.graders.base import GraderSpecError
+from agentrft.graders.base import GraderSpecError, Sample
 from agentrft.graders.finqa_process import expression_figures
 from agentrft.rollout.agent import run_episode
 from agentrft.samplers.base import SamplingParams
@@ -64,13 +65,18 @@ def _turns_in_record(traj: Trajectory) -> int:
     return len({k for k, m in zip(traj.tokens.turn, traj.tokens.loss_mask, strict=True) if m})
 
 
-@pytest.mark.parametrize(("level", "expected"), [(1, [1.0, 0.0]), (3, [1.0, 1.0, 1.0, 0.0]), (4, [1.0] * 5 + [0.0])])
+# level 4: search, open and calculate the first report's part (half the gold figures), the same for the
+# second, then the difference of the two results (no gold figure), then the answer
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [(1, [1.0, 0.0]), (3, [1.0, 1.0, 1.0, 0.0]), (4, [1.0, 1.0, 0.5, 1.0, 1.0, 0.5, 0.0, 0.0])],
+)
 def test_an_oracle_episode_earns_every_milestone_once(env, tokenizer, tmp_path, level, expected) -> None:
     task = _task(env, level)
     traj = play_and_store(env, OracleSampler(env.expert(), tokenizer), task, tmp_path / "s.db")
     grade = grade_trajectory(load_grader(PROCESS), traj, task.data)
-    assert grade.turn_rewards == expected
-    assert grade.reward == 1.0 and grade.success
+    assert grade.turn_rewards == pytest.approx(expected, abs=1e-12)
+    assert grade.reward == pytest.approx(1.0, abs=1e-12) and grade.success
     assert _turns_in_record(traj) == len(expected)  # one reward per assistant turn of the token record
 
 
@@ -97,7 +103,7 @@ def test_wrong_calls_are_hand_checked_turn_by_turn(env, tokenizer, tmp_path) -> 
     assert f"doc_id={d['doc_ids'][0]} " not in (traj.tool_calls[1].result or "")
     assert [e.error_kind for e in traj.tool_calls[:3]] == ["malformed", None, "exception"]
     grade = grade_trajectory(load_grader(PROCESS), traj, task.data)
-    assert grade.turn_rewards == [-1.0, 0.0, -0.5, 1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.0]
+    assert grade.turn_rewards == pytest.approx([-1.0, 0.0, -0.5, 1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.0], abs=1e-12)
     assert grade.reward == pytest.approx(1.5 / 3, abs=1e-15) and not grade.success
     assert _turns_in_record(traj) == 10
     # beside the outcome grader in multi: the outcome (wrong answer: 0) plus a share of the process reward
@@ -110,6 +116,23 @@ def test_wrong_calls_are_hand_checked_turn_by_turn(env, tokenizer, tmp_path) -> 
     assert combined.turn_rewards == [-2.0, 0.0, -0.5, 1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.0]
     assert combined.reward == pytest.approx(0.1 * 0.5 / 3, abs=1e-15)
     assert combined.sub_rewards == {"answer": 0.0, "process": pytest.approx(0.5 / 3, abs=1e-15)}
+
+
+def test_a_gold_figure_pays_once_whichever_calculation_writes_it(env, tokenizer, tmp_path) -> None:
+    task = _task(env, 4)  # subtract(a, b), divide(#0, b), subtract(c, d), divide(#2, d), subtract(#1, #3)
+    first, second = report_programs(task.data)
+    texts = [
+        f"<calculate>{first}</calculate>",  # a and b: half the gold figures, +0.5
+        f"<calculate>{first}</calculate>",  # again: 0
+        f"<calculate>{task.data['program']}</calculate>",  # all four, c and d new: +0.5
+        f"<calculate>{second}</calculate>",  # c and d again: 0
+        "The answer is 1.",
+    ]
+    traj = play_and_store(env, OracleSampler(Script(texts), tokenizer), task, tmp_path / "s.db")
+    grade = grade_trajectory(load_grader(PROCESS), traj, task.data)
+    assert grade.turn_rewards == pytest.approx([0.5, 0.0, 0.5, 0.0, 0.0], abs=1e-12)
+    score = load_grader(PROCESS).grade(Sample.from_trajectory(traj), task.data)
+    assert score.metadata["milestones"]["calculated_share"] == pytest.approx(1.0, abs=1e-12)
 
 
 def test_a_later_page_earns_its_share_of_the_open(env, tokenizer, tmp_path) -> None:

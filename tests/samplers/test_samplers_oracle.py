@@ -10,6 +10,7 @@ import pytest
 
 from agentrft.envs.base import Environment, EnvLimits, Episode
 from agentrft.envs.finqa.env import FinqaLiteEnv
+from agentrft.envs.finqa.expert import decomposes, report_programs
 from agentrft.graders import load_grader
 from agentrft.rollout.agent import run_episode
 from agentrft.rollout.formats import make_format
@@ -82,17 +83,23 @@ def test_oracle_solves_the_train_tasks_at_every_level(env: FinqaLiteEnv, oracle:
     assert tools_used[3] == tools_used[4] == {"search", "open", "calculate"}
 
 
-def test_level_four_demonstration_reads_both_reports_then_calculates(env: FinqaLiteEnv, oracle: OracleSampler) -> None:
-    task = next(t for t in env.tasks("train") if t.data["level"] == 4)
+def test_level_four_demonstration_calculates_each_report_then_the_difference(
+    env: FinqaLiteEnv, oracle: OracleSampler
+) -> None:
+    task = next(t for t in env.tasks("train") if t.data["level"] == 4 and decomposes(t.data))
     (traj,) = _play(env, oracle, [task])
     calls = [(e.name, e.arguments) for e in traj.tool_calls]
     d = task.data
+    first, second = report_programs(d)
+    results = [e.result for e in traj.tool_calls if e.name == "calculate"]
     assert calls == [
         ("search", {"query": f"{d['companies'][0]} {d['years'][0]}"}),
         ("open", {"doc_id": d["doc_ids"][0]}),
+        ("calculate", {"expression": first}),
         ("search", {"query": f"{d['companies'][1]} {d['years'][1]}"}),
         ("open", {"doc_id": d["doc_ids"][1]}),
-        ("calculate", {"expression": d["program"]}),
+        ("calculate", {"expression": second}),
+        ("calculate", {"expression": f"subtract({results[0]}, {results[1]})"}),
     ]
     assert traj.messages[-1].text() == f"The answer is {traj.tool_calls[-1].result}."
     assert traj.policy == "oracle:tiny" and traj.tokens is not None

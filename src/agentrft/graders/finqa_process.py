@@ -9,11 +9,14 @@ Each tool call of turn k adds to ``turn_rewards[k]``:
 | --- | --- |
 | `search` whose results list a gold report's doc_id, the first search to list it | `retrieved` per such report |
 | `open` of a gold report showing figures the gold program reads from it (`envs/finqa/expert.report_operands`) | `opened` × the share of that report's figures this page shows first |
-| successful `calculate` | `calculation` × the gain in the largest share of the gold figures that any calculation has written so far |
+| successful `calculate` | `calculation` × the share of the gold figures it is the first calculation to write |
 | malformed call (unreadable text, unknown tool, bad arguments) | `malformed` (a penalty) |
 | any other failed call (no such document, calculator error, past the budget, timeout) | `tool_error` |
 
-Every milestone pays once, by shares, so repeating a good call earns nothing and a long episode
+A level-4 episode may calculate each report's part on its own, then their difference (as the expert does,
+`envs/finqa/expert.py`): each part's calculation is paid for its report's figures, the difference (written
+with the parts' results, no gold figure) for nothing. Every milestone pays once, by shares, so repeating a
+good call earns nothing and a long episode
 cannot collect more than a short one that reaches the same milestones; the final-answer turn
 earns `answer_turn` (the outcome is the outcome grader's). The scalar reward is the sum of the
 turn rewards divided by the milestones' total (`retrieved` + `opened` per gold report, plus
@@ -71,7 +74,12 @@ class _Milestones:
         self.all_figures: set[float] = set().union(*figures) if figures else set()
         self.retrieved: set[str] = set()
         self.shown: dict[str, set[float]] = {d: set() for d in self.reports}
-        self.calculated = 0.0  # largest share of the gold figures written by a successful calculation
+        self.written: set[float] = set()  # gold figures written by successful calculations so far
+
+    @property
+    def calculated(self) -> float:
+        """The share of the gold figures that successful calculations have written."""
+        return len(self.written) / len(self.all_figures) if self.all_figures else 0.0
 
     @property
     def total(self) -> float:
@@ -95,10 +103,9 @@ class _Milestones:
             self.shown[doc] |= new
             return s.opened * len(new) / len(self.reports[doc])
         if e.name == "calculate" and self.all_figures:
-            share = len(expression_figures(str(args.get("expression", ""))) & self.all_figures) / len(self.all_figures)
-            gain = max(0.0, share - self.calculated)
-            self.calculated = max(self.calculated, share)
-            return s.calculation * gain
+            new = (expression_figures(str(args.get("expression", ""))) & self.all_figures) - self.written
+            self.written |= new
+            return s.calculation * len(new) / len(self.all_figures)
         return 0.0
 
 

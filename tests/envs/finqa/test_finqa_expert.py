@@ -10,7 +10,8 @@ import pytest
 
 from agentrft.envs.finqa.curriculum import numbers_in
 from agentrft.envs.finqa.env import FinqaLiteEnv
-from agentrft.envs.finqa.expert import FinqaExpert, report_operands
+from agentrft.envs.finqa.expert import FinqaExpert, decomposes, report_operands, report_programs
+from agentrft.envs.finqa.program import execute_program
 from agentrft.graders import load_grader
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
 
@@ -56,6 +57,30 @@ def test_level_four_operands_are_split_by_report(env: FinqaLiteEnv) -> None:
     steps = [s.strip() for s in task.data["program"].replace("(", ",").replace(")", "").split(",")]
     a, b, c, d = float(steps[1]), float(steps[2]), float(steps[7]), float(steps[8])
     assert report_operands(task.data) == [{a, b}, {c, d}]
+
+
+def test_level_four_parts_are_the_gold_program_halves(env: FinqaLiteEnv) -> None:
+    tasks = [t for t in env.tasks("train") if t.data["level"] == 4]
+    for task in tasks:
+        first, second = report_programs(task.data)
+        gold = execute_program(task.data["program"])
+        assert isinstance(gold, float)
+        parts = execute_program(first), execute_program(second)
+        assert all(isinstance(p, float) for p in parts)
+        assert parts[0] - parts[1] == pytest.approx(gold, rel=1e-4, abs=2e-5)  # each rounded to 5 decimals
+    # the expert decomposes where the calculator's rounding keeps the answer, i.e. nearly everywhere
+    assert sum(decomposes(t.data) for t in tasks) >= 0.95 * len(tasks)
+
+
+def test_level_four_example_reads_like_the_expert(env: FinqaLiteEnv) -> None:
+    four = FinqaLiteEnv(levels=(4,), seed=0)
+    msgs = four.few_shot()
+    names = [m.tool_calls[0].function.name for m in msgs if m.tool_calls]
+    assert names == ["search", "open", "calculate", "search", "open", "calculate", "calculate"]
+    results = [m.text() for m in msgs if m.role == "tool" and m.name == "calculate"]
+    last_call = json.loads([m for m in msgs if m.tool_calls][-1].tool_calls[0].function.arguments)
+    assert last_call == {"expression": f"subtract({results[0]}, {results[1]})"}
+    assert msgs[-1].text() == f"The answer is {results[-1]}."
 
 
 def _search_turn(query: str, result: str, n: int) -> list[Message]:

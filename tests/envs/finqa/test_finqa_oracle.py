@@ -91,7 +91,8 @@ def test_few_shot_structure(env: FinqaLiteEnv) -> None:
     finals = [m for m in msgs if m.role == "assistant" and not m.tool_calls]
     assert len(finals) == 6 and all(m.text().startswith("The answer is ") for m in finals)
     names = [m.tool_calls[0].function.name for m in msgs if m.tool_calls]
-    assert names.count("calculate") == 6 and names.count("search") == 3 and names.count("open") == 3
+    # level 4 calculates each report's part, then their difference (`envs/finqa/expert.py`)
+    assert names.count("calculate") == 8 and names.count("search") == 3 and names.count("open") == 3
     for call, result in itertools.pairwise(msgs):
         if call.tool_calls:
             assert result.role == "tool" and result.tool_call_id == call.tool_calls[0].id

@@ -15,7 +15,13 @@ from typing import Any
 
 from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.finqa.curriculum import LEVELS, FinqaLite, answer_text
-from agentrft.envs.finqa.expert import CALCULATOR_ONLY_LEVELS, FinqaExpert
+from agentrft.envs.finqa.expert import (
+    CALCULATOR_ONLY_LEVELS,
+    DECOMPOSED_LEVEL,
+    FinqaExpert,
+    decomposes,
+    report_programs,
+)
 from agentrft.envs.finqa.program import program_to_infix
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.toolbox_episode import ToolboxEpisode
@@ -171,13 +177,24 @@ class FinqaLiteEnv(Environment):
         state = FinqaToolState(self.index)
         calls = _Calls(f"example{level}_{template}")
         messages = [task.messages[0].model_copy()]
+        # level 4 as the expert does it: each report's own calculation once it is open, then their difference
+        parts = report_programs(task.data) if level == DECOMPOSED_LEVEL and decomposes(task.data) else []
+        results: list[str] = []
         if level >= 3:
-            for company, year, doc_id in zip(
-                task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True
+            for j, (company, year, doc_id) in enumerate(
+                zip(task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True)
             ):
                 query = f"{company} {year}"
                 messages += calls.call("search", {"query": query}, state.search(query))
                 messages += calls.call("open", {"doc_id": doc_id}, state.open(doc_id))
+                if parts:
+                    results.append(state.calculate(parts[j]))
+                    messages += calls.call("calculate", {"expression": parts[j]}, results[-1])
+        if parts:
+            expression = f"subtract({results[0]}, {results[1]})"
+            messages += calls.call("calculate", {"expression": expression}, state.calculate(expression))
+            messages.append(Message(role="assistant", content=f"The answer is {messages[-1].text()}."))
+            return messages
         program = task.data["program"]
         # infix arithmetic where the figures are in the prompt; the FinQA program form once documents are open
         expression = (program_to_infix(program) if level in CALCULATOR_ONLY_LEVELS else None) or program
