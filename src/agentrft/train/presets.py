@@ -40,12 +40,10 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`). Imitation time goes where the held-out pass
 # rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on levels 1-2, ~55 s on level 3 and ~190 s on
 # level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left level 3 at 0.05, 200 took it to 0.44
-# (runs/agentic3; 0.53 after RL), while level 2 stayed above 0.78 with 96. Level 4 stayed at 0 with 16 demonstrations
-# of the one-call composition; 64 more took it to 0.19 (side run, 25 min). Level 4 is now demonstrated one report
-# at a time (two level-3 calculations, then their difference: envs/finqa/expert.py), and gets 6 batches, paid for
-# by level 3 (each level-4 demonstration holds two level-3 lookups too), level 2 and level 1 (solved by the base
-# model's few-shot prompt).
-AGENTIC_DEMO_TASKS: dict[int, int] = {1: 16, 2: 64, 3: 144, 4: 48}
+# (runs/agentic3; 0.53 after RL), with level 2 at 0.78 from 96. Level 4 stays at 0: 16 demonstrations of the one-call
+# composition did not teach it, and neither did 48 of the per-report form (runs/agentic4: 16/64/144/48 of levels 1-4,
+# 44 min of imitation, left level 2 at 0.31, level 3 at 0.34, level 4 at 0). So the budget stays on levels 2-3.
+AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 16}
 _AGENTIC_BATCH = 8
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 of one level (sft.group_by_prompt), packed
@@ -54,7 +52,7 @@ _AGENTIC_BATCH = 8
 # fitted its demonstrations (nll 0.43 -> 0.08) but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
     **_SFT,
-    "steps": -(-sum(AGENTIC_DEMO_TASKS.values()) // _AGENTIC_BATCH),  # one pass: 34
+    "steps": -(-sum(AGENTIC_DEMO_TASKS.values()) // _AGENTIC_BATCH),  # one pass: 43
     "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
     "data": {"success_only": True, "runs": ["demos"]},
     "sft": {"batch_size": _AGENTIC_BATCH, "group_by_prompt": True},
@@ -73,9 +71,7 @@ _AGENTIC_IMITATION: dict[str, Any] = {
 # credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
 _AGENTIC_RL: dict[str, Any] = {
     **_DEMO,
-    # 4 steps (~6 min: the curriculum reaches level 3 at step 3): runs/agentic3's 8 steps took 767 s and added
-    # +0.09 on level 3 (p = 0.15); the time goes to level-4 imitation now.
-    "steps": 4,
+    "steps": 8,
     # Levels 1-3: a level-4 episode of the imitated policy runs up to 10 turns of ~2-4k prompt tokens (its held-out
     # eval: 64 episodes in 31 min), so a curriculum step promoted to level 4 would cost ~10 min of sampling alone,
     # a quarter of the recipe's 45-minute budget for imitation plus RL. Level 4 is learned from imitation.
