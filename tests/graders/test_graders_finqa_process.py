@@ -144,7 +144,7 @@ def test_a_later_page_earns_its_share_of_the_open(env, tokenizer, tmp_path) -> N
         if len(opens) < 2:
             continue
         grade = grade_trajectory(grader, traj, task.data)
-        assert grade.turn_rewards is not None and grade.reward == 1.0
+        assert grade.turn_rewards is not None and grade.reward == pytest.approx(1.0, abs=1e-12)
         shares = [grade.turn_rewards[traj.tool_calls[k].turn] for k in opens]
         assert sum(shares) == pytest.approx(1.0, abs=1e-12) and all(0 <= s < 1 for s in shares)
         return

@@ -41,8 +41,10 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on levels 1-2, ~55 s on level 3 and ~190 s on
 # level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left level 3 at 0.05, 200 took it to 0.44
 # (runs/agentic3; 0.53 after RL), with level 2 at 0.78 from 96. Level 4 stays at 0: 16 demonstrations of the one-call
-# composition did not teach it, and neither did 48 of the per-report form (runs/agentic4: 16/64/144/48 of levels 1-4,
-# 44 min of imitation, left level 2 at 0.31, level 3 at 0.34, level 4 at 0). So the budget stays on levels 2-3.
+# composition did not teach it, and neither did 48 of the per-report form in one pass with the other levels
+# (runs/agentic4: 16/64/144/48 of levels 1-4, 44.6 min of imitation, left level 2 at 0.31, level 3 at 0.34, level 4
+# at 0). After levels 2-3 are learned, 64 per-report ones (8 steps, 24 min) take level 4 to 0.34 (runs/l4dec), which
+# does not fit the 45 minutes yet. So the budget stays on levels 2-3.
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 16}
 _AGENTIC_BATCH = 8
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).

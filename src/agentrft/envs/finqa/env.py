@@ -20,6 +20,7 @@ from agentrft.envs.finqa.expert import (
     DECOMPOSED_LEVEL,
     FinqaExpert,
     decomposes,
+    difference_program,
     report_programs,
 )
 from agentrft.envs.finqa.program import program_to_infix
@@ -191,7 +192,7 @@ class FinqaLiteEnv(Environment):
                     results.append(state.calculate(parts[j]))
                     messages += calls.call("calculate", {"expression": parts[j]}, results[-1])
         if parts:
-            expression = f"subtract({results[0]}, {results[1]})"
+            expression = difference_program(results[0], results[1])
             messages += calls.call("calculate", {"expression": expression}, state.calculate(expression))
             messages.append(Message(role="assistant", content=f"The answer is {messages[-1].text()}."))
             return messages

@@ -33,8 +33,8 @@ from typing import Any
 
 from agentrft.envs.finqa.calc import CalcError, calculate
 from agentrft.envs.finqa.curriculum import answer_text, numbers_in
-from agentrft.envs.finqa.program import parse_steps, program_to_infix, program_to_tokens
-from agentrft.envs.finqa.templates import TEMPLATES_BY_NAME
+from agentrft.envs.finqa.program import Step, parse_steps, program_to_infix, program_to_tokens
+from agentrft.envs.finqa.templates import TEMPLATES_BY_NAME, render_steps
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
 
 # Levels 1-2 put every figure in the prompt: the agent needs only the calculator, and a small
@@ -50,20 +50,22 @@ def search_query(company: str, year: int, attempt: int) -> str:
     return f"{company} {year}" if attempt == 0 else f"{company} annual report {year}"
 
 
+def _report_steps(data: Mapping[str, Any]) -> list[list[Step]]:
+    """The gold program's steps per gold report (in `doc_ids` order): a level-4 program is the first report's
+    steps, then the second's, then their difference (`templates.compose_difference`)."""
+    steps = parse_steps(program_to_tokens(str(data["program"])))
+    n = len(TEMPLATES_BY_NAME[str(data["template"])].steps)
+    return [steps[j * n : (j + 1) * n] for j in range(len(data["doc_ids"]))]
+
+
 def report_operands(data: Mapping[str, Any]) -> list[set[float]]:
     """Per gold report (in `doc_ids` order), the figures the gold program reads from it; `data` is a
-    finqa-lite task's `data` (the grading item).
-
-    A level-4 program is the first report's steps, then the second's, then their difference
-    (`templates.compose_difference`); a template's operand arguments `o<i>` are the figures.
-    """
-    steps = parse_steps(program_to_tokens(str(data["program"])))
+    finqa-lite task's `data` (the grading item). A template's operand arguments `o<i>` are the figures."""
     template = TEMPLATES_BY_NAME[str(data["template"])]
-    n = len(template.steps)
     out: list[set[float]] = []
-    for j in range(len(data["doc_ids"])):
+    for part in _report_steps(data):
         figures: set[float] = set()
-        for (_, a, b), step in zip(template.steps, steps[j * n : (j + 1) * n], strict=True):
+        for (_, a, b), step in zip(template.steps, part, strict=True):
             for token, arg in ((a, step.arg1), (b, step.arg2)):
                 if token.startswith("o"):
                     figures.add(float(arg.replace(",", "")))
@@ -74,16 +76,20 @@ def report_operands(data: Mapping[str, Any]) -> list[set[float]]:
 def report_programs(data: Mapping[str, Any]) -> list[str]:
     """Per gold report (in `doc_ids` order), its part of a level-4 gold program as a program of its own
     (step references re-based to 0): the parts `templates.compose_difference` joined."""
-    steps = parse_steps(program_to_tokens(str(data["program"])))
-    n = len(TEMPLATES_BY_NAME[str(data["template"])].steps)
+    out: list[str] = []
+    for part in _report_steps(data):
+        shift = len(part) * len(out)
 
-    def arg(text: str, shift: int) -> str:
-        return f"#{int(text[1:]) - shift}" if text.startswith("#") else text
+        def arg(text: str, shift: int = shift) -> str:
+            return f"#{int(text[1:]) - shift}" if text.startswith("#") else text
 
-    return [
-        ", ".join(f"{s.op}({arg(s.arg1, j * n)}, {arg(s.arg2, j * n)})" for s in steps[j * n : (j + 1) * n])
-        for j in range(len(data["doc_ids"]))
-    ]
+        out.append(render_steps([(s.op, arg(s.arg1), arg(s.arg2)) for s in part]))
+    return out
+
+
+def difference_program(first: str, second: str) -> str:
+    """The last calculation of a per-report level-4 solution: the two parts' results as the calculator showed them."""
+    return f"subtract({first}, {second})"
 
 
 def decomposes(data: Mapping[str, Any]) -> bool:
@@ -92,7 +98,7 @@ def decomposes(data: Mapping[str, Any]) -> bool:
     0.18413 - 0.18315 = 0.00098, gold 0.00099); there the expert writes the whole program at once."""
     try:
         first, second = (calculate(part) for part in report_programs(data))
-        value = float(calculate(f"subtract({first}, {second})"))
+        value = float(calculate(difference_program(first, second)))
     except (CalcError, ValueError):
         return False
     return math.isclose(value, float(data["answer"]), rel_tol=1e-3, abs_tol=1e-9)
@@ -107,11 +113,6 @@ class _Seen:
     pages: dict[str, dict[int, str]] = field(default_factory=dict)  # doc_id -> page -> text
     page_counts: dict[str, int] = field(default_factory=dict)
     calculations: list[str | None] = field(default_factory=list)  # each calculate's result, None if it failed
-
-    @property
-    def calculation(self) -> str | None:
-        """The last calculate's result, None if there was none or it failed."""
-        return self.calculations[-1] if self.calculations else None
 
 
 def _args(call: ToolCall) -> dict[str, Any]:
@@ -155,7 +156,8 @@ class FinqaExpert:
         seen = read_turns(turns)
         data = task.data
         level = int(data["level"])
-        failed = None in seen.calculations
+        results = [c for c in seen.calculations if c is not None]
+        failed = len(results) < len(seen.calculations)
         if level == DECOMPOSED_LEVEL and not failed and decomposes(data):
             n = sum(len(m.tool_calls or []) for m in turns if m.role == "assistant")  # call ids stay unique
             parts = report_programs(data)
@@ -165,9 +167,8 @@ class FinqaExpert:
                     return step
                 if len(seen.calculations) == j:
                     return _call(n, "calculate", {"expression": parts[j]})
-            if len(seen.calculations) == len(parts):
-                first, second = seen.calculations[:2]
-                return _call(n, "calculate", {"expression": f"subtract({first}, {second})"})
+            if len(results) == len(parts):
+                return _call(n, "calculate", {"expression": difference_program(*results)})
         elif not seen.calculations:
             if level not in CALCULATOR_ONLY_LEVELS:
                 step = self._report_step(task, seen)
@@ -176,7 +177,7 @@ class FinqaExpert:
             program = str(data["program"])
             infix = program_to_infix(program) if level in CALCULATOR_ONLY_LEVELS else None
             return _call(len(turns), "calculate", {"expression": infix or program})
-        value = seen.calculation if not failed and seen.calculation is not None else answer_text(data["answer"])
+        value = results[-1] if results and not failed else answer_text(data["answer"])
         return Message(role="assistant", content=f"The answer is {value}.")
 
     def _report_step(self, task: Task, seen: _Seen, reports: int | None = None, n: int | None = None) -> Message | None:
