@@ -7,8 +7,10 @@ steps that mattered. One command, one run directory:
    T 0.7), and of the ``ood`` templates;
 2. **demonstrations**: the `oracle` policy (`samplers/oracle.py`: the environment's expert written in
    the student's tool-call text and tokenizer) plays the training split of levels 1-4; stored and
-   graded like any trajectory (run ``demos``);
-3. **imitation**: filtered SFT on those demonstrations (preset ``agentic-imitation``);
+   graded like any trajectory (runs ``demos`` and, of the late levels, ``demos-late``);
+3. **imitation**: filtered SFT on those demonstrations (preset ``agentic-imitation``), then a second
+   pass over the late levels' (level 4: two reports, each a level-3 lookup) from those weights (preset
+   ``agentic-imitation-late``): a task built from the earlier levels' skills is learned once they are;
    held-out evals again (run ``imitation``), so each stage's share is visible;
 4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/curriculum.py`)
    and the outcome plus per-turn process credit (`graders/finqa_process.py`, ``algorithm.turn_level``)
@@ -20,7 +22,7 @@ A task's prompt, tools and limits are its own level's whatever levels the enviro
 ``agentrft eval --env finqa-lite:N`` measures.
 
     RUN_DIR/agentrft.db        evals (baseline, baseline-ood, imitation, final, final-ood), demos, both training runs
-    RUN_DIR/imitation/         the SFT run (config, metrics, its policy)
+    RUN_DIR/imitation/         the SFT run (config, metrics, its policy); imitation-late/ its second pass
     RUN_DIR/config.yaml, metrics.jsonl, policy/   the GRPO run (the final policy)
     RUN_DIR/agentic.json       per-level pass@1 at each stage, the paired tests, wall times
     RUN_DIR/report.html
@@ -38,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.presets import AGENTIC_ENV as TRAIN_ENV
+from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 
 
 class AgenticSettings(BaseModel):
@@ -55,6 +58,10 @@ class AgenticSettings(BaseModel):
         default_factory=lambda: dict(DEMO_TASKS),
         description="oracle demonstrations of the training split: per level, or one count for every level",
     )
+    late_levels: list[int] = Field(
+        default_factory=lambda: list(LATE_LEVELS),
+        description="levels imitated in a second pass, after the others are (empty: one pass over every level)",
+    )
 
     @field_validator("demo_tasks")
     @classmethod
@@ -63,6 +70,21 @@ class AgenticSettings(BaseModel):
         if min(counts, default=0) < 1 or (isinstance(value, dict) and not set(value) <= set(range(1, 5))):
             raise ValueError(f"demo_tasks: at least 1 per level (levels 1-4), got {value}")
         return value
+
+    @field_validator("late_levels")
+    @classmethod
+    def _late(cls, value: list[int]) -> list[int]:
+        if not set(value) <= set(range(1, 5)):
+            raise ValueError(f"late_levels: levels 1-4, got {value}")
+        if set(value) == set(range(1, 5)):
+            raise ValueError("late_levels: the first pass needs at least one level that is not late")
+        return sorted(set(value))
+
+    def demo_counts(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass)."""
+        counts = self.demo_tasks if isinstance(self.demo_tasks, dict) else dict.fromkeys(range(1, 5), self.demo_tasks)
+        first = {lv: n for lv, n in counts.items() if lv not in self.late_levels}
+        return first, {lv: n for lv, n in counts.items() if lv in self.late_levels}
 
     @classmethod
     def preset(cls, quick: bool) -> AgenticSettings:
@@ -108,37 +130,40 @@ class AgenticResult:
         }
 
 
-def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[Any, Any]:
-    """The imitation and RL configs (presets ``agentic-imitation`` / ``agentic-rl``); ``overrides`` are
-    ``imitation.KEY=VALUE`` or ``rl.KEY=VALUE`` (a bare ``KEY=VALUE`` goes to both). Checked before any
-    model loads."""
+def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[Any, Any, Any]:
+    """The imitation, late imitation and RL configs (presets ``agentic-imitation``, ``agentic-imitation-late``,
+    ``agentic-rl``); ``overrides`` are ``imitation.KEY=VALUE``, ``late.KEY=VALUE`` or ``rl.KEY=VALUE`` (a bare
+    ``KEY=VALUE`` goes to all three). Checked before any model loads."""
     from agentrft.store import RUN_STORE_NAME
     from agentrft.train.config import PRESETS, ConfigError, build_config
 
     sft_sets = [f"data.source={run_dir / RUN_STORE_NAME}"]
+    late_sets = list(sft_sets)
     rl_sets: list[str] = []
     if quick:
         sft_sets += ["steps=2", "sft.batch_size=4"]
+        late_sets += ["steps=1", "sft.batch_size=4"]
         rl_sets += ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"]
+    stages = {"imitation.": sft_sets, "late.": late_sets, "rl.": rl_sets}
     for item in overrides:
         key = item.partition("=")[0]
-        if key.startswith("imitation."):
-            sft_sets.append(item.removeprefix("imitation."))
-        elif key.startswith("rl."):
-            rl_sets.append(item.removeprefix("rl."))
+        prefix = next((p for p in stages if key.startswith(p)), None)
+        if prefix is not None:
+            stages[prefix].append(item.removeprefix(prefix))
         elif "=" in item:
-            sft_sets.append(item)
-            rl_sets.append(item)
+            for sets in stages.values():
+                sets.append(item)
         else:
-            raise ConfigError(f"--set {item!r}: expected [imitation.|rl.]KEY=VALUE, e.g. rl.steps=8")
+            raise ConfigError(f"--set {item!r}: expected [imitation.|late.|rl.]KEY=VALUE, e.g. rl.steps=8")
     sft = build_config(PRESETS["agentic-imitation"], sft_sets, source="demo --agentic (imitation)")
+    late = build_config(PRESETS["agentic-imitation-late"], late_sets, source="demo --agentic (late imitation)")
     rl = build_config(PRESETS["agentic-rl"], rl_sets, source="demo --agentic (rl)")
-    if sft.policy.name != rl.policy.name:
-        raise ConfigError("demo --agentic: imitation and rl must train the same policy.name")
-    if "lora" in (sft.policy.finetune, rl.policy.finetune):
-        # both stages train the one in-process model in turn; a LoRA adapter would be wrapped twice
+    if len({sft.policy.name, late.policy.name, rl.policy.name}) > 1:
+        raise ConfigError("demo --agentic: imitation, late and rl must train the same policy.name")
+    if "lora" in (sft.policy.finetune, late.policy.finetune, rl.policy.finetune):
+        # the stages train the one in-process model in turn; a LoRA adapter would be wrapped again
         raise ConfigError("demo --agentic: policy.finetune: the recipe fine-tunes all weights (full), not lora")
-    return sft, rl
+    return sft, late, rl
 
 
 SETTINGS_NAME = "agentic-settings.json"
@@ -185,7 +210,8 @@ def run_agentic(
     from agentrft.train.loop import Components, train
 
     run_dir = Path(run_dir)
-    sft_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
+    sft_cfg, late_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
+    first_demos, late_demos = settings.demo_counts()
     chosen = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(
@@ -244,15 +270,17 @@ def run_agentic(
 
         start = time.perf_counter()
         oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
-        if not (resume and finished_eval(store, "demos") is not None):
+        for name, counts in (("demos", first_demos), ("demos-late", late_demos)):
+            if not counts or (resume and finished_eval(store, name) is not None):
+                continue
             evaluate(
                 train_env,
                 oracle,
                 split="train",
                 samples=1,
-                tasks=settings.demo_tasks,
+                tasks=counts,
                 store=store,
-                run_name="demos",
+                run_name=name,
                 params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
                 env_spec=TRAIN_ENV,
                 grader=outcome,
@@ -275,13 +303,16 @@ def run_agentic(
                 progress=progress,
             ).steps
 
-        start = time.perf_counter()
-        imitation_dir = run_dir / "imitation"
-        if resume and (imitation_dir / "policy").is_dir():
-            steps_done = load_weights(policy, imitation_dir / "policy", sft_cfg.steps)
-        else:
-            steps_done = stage(sft_cfg, imitation_dir, outcome)
-        seconds["imitation"] = time.perf_counter() - start
+        steps: dict[str, int] = {}
+        passes = [("imitation", sft_cfg)] + ([("imitation_late", late_cfg)] if late_demos else [])
+        for name, cfg in passes:
+            start = time.perf_counter()
+            where = run_dir / name.replace("_", "-")
+            if resume and (where / "policy").is_dir():
+                steps[name] = load_weights(policy, where / "policy", cfg.steps)
+            else:
+                steps[name] = stage(cfg, where, outcome)
+            seconds[name] = time.perf_counter() - start
         if settings.eval_after_imitation:
             run_eval("imitation", "held-out", settings.eval_tasks)
 
@@ -292,9 +323,7 @@ def run_agentic(
         if settings.ood:
             run_eval("final-ood", "ood", settings.ood_tasks)
         seconds["total"] = time.perf_counter() - t0
-        result = AgenticResult(
-            run_dir=run_dir, evals=evals, seconds=seconds, steps={"imitation": steps_done, "rl": rl_steps}
-        )
+        result = AgenticResult(run_dir=run_dir, evals=evals, seconds=seconds, steps={**steps, "rl": rl_steps})
         summary = result.summary()
         summary["paired"] = paired_tests(evals)
         (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))

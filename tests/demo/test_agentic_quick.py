@@ -8,18 +8,25 @@ from pathlib import Path
 import pytest
 
 from agentrft.agentic import AgenticSettings, agentic_configs, run_agentic
+from agentrft.envs.registry import make_env
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError
 
 
 def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp_path: Path) -> None:
-    sft, rl = agentic_configs(tmp_path, False, ["imitation.steps=3", "rl.steps=5", "seed=7"])
-    assert (sft.steps, rl.steps, sft.seed, rl.seed) == (3, 5, 7, 7)
-    assert sft.method == "sft" and rl.method == "grpo"
-    assert sft.data.source == str(tmp_path / RUN_STORE_NAME) and sft.data.runs == ["demos"]
+    sft, late, rl = agentic_configs(tmp_path, False, ["imitation.steps=3", "late.steps=2", "rl.steps=5", "seed=7"])
+    assert (sft.steps, late.steps, rl.steps, sft.seed, late.seed, rl.seed) == (3, 2, 5, 7, 7, 7)
+    assert sft.method == late.method == "sft" and rl.method == "grpo"
+    assert sft.data.source == late.data.source == str(tmp_path / RUN_STORE_NAME)
+    assert (sft.data.runs, late.data.runs) == (["demos"], ["demos-late"])
+    # the presets' passes are one pass over their demonstrations, in batches of 8
+    first, later = AgenticSettings().demo_counts()
+    defaults = agentic_configs(tmp_path, False, [])
+    assert defaults[0].steps == -(-sum(first.values()) // 8) and defaults[1].steps == -(-sum(later.values()) // 8)
+    assert set(later) == {4} and set(first) == {1, 2, 3}
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     assert (sft.rollout.env, rl.rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:1,2,3")
-    with pytest.raises(ConfigError, match=r"expected \[imitation\.\|rl\.\]KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"expected \[imitation\.\|late\.\|rl\.\]KEY=VALUE"):
         agentic_configs(tmp_path, False, ["steps"])
     with pytest.raises(ConfigError, match="rollout.group_size"):
         agentic_configs(tmp_path, False, ["rl.rollout.group_size=0"])
@@ -28,6 +35,8 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     assert not (tmp_path / "never").exists()
     with pytest.raises(ConfigError, match=r"all weights \(full\), not lora"):
         agentic_configs(tmp_path, False, ["policy.finetune=lora"])
+    with pytest.raises(ConfigError, match=r"\(late imitation\): optimizer.lr"):
+        agentic_configs(tmp_path, False, ["late.optimizer.lr=-1"])
     used = tmp_path / "used"
     used.mkdir()
     (used / "agentrft.db").write_text("")
@@ -58,19 +67,21 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     store = Store(run_dir / RUN_STORE_NAME)
     first = {r.name: r.id for r in store.list_runs() if r.kind == "eval"}
     store.close()
-    assert {"baseline", "baseline-ood", "demos", "imitation"} <= set(first)
+    assert {"baseline", "baseline-ood", "demos", "demos-late", "imitation"} <= set(first)
     store = Store(run_dir / RUN_STORE_NAME)
     sft_run = next(r.id for r in store.list_runs() if r.kind == "train")
     store.close()
     sft_metrics = (run_dir / "imitation" / "metrics.jsonl").read_text()
+    late_metrics = (run_dir / "imitation-late" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="differ from those"):
         run_agentic(run_dir, settings, ["policy.name=tiny", "rl.steps=3"], progress=False, resume=True)
 
     result = run_agentic(run_dir, settings, ["policy.name=tiny"], progress=False, resume=True)
-    assert result.steps == {"imitation": 2, "rl": 2}
+    assert result.steps == {"imitation": 2, "imitation_late": 1, "rl": 2}
     assert set(result.evals) == {"baseline", "baseline-ood", "imitation", "final", "final-ood"}
     # finished stages were kept, not played again
     assert (run_dir / "imitation" / "metrics.jsonl").read_text() == sft_metrics
+    assert (run_dir / "imitation-late" / "metrics.jsonl").read_text() == late_metrics
     for name, r in result.evals.items():
         per_task = 2 if "ood" not in name else 1
         assert set(r.per_level) == {"2", "3", "4"}
@@ -89,8 +100,13 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         runs = {r.name: r for r in store.list_runs() if r.kind == "eval"}
         assert runs["demos"].id == first["demos"]
         demos = store.query_trajectories(run_id=runs["demos"].id)
-        # the oracle's demonstrations: 4 per level of the training split, every one a success
-        assert len(demos) == 16 and all(t.grade is not None and t.grade.success for t in demos)
+        late = store.query_trajectories(run_id=runs["demos-late"].id)
+        # the oracle's demonstrations: 4 per level of the training split, every one a success; level 4's
+        # in their own run, which only the second imitation pass learns from
+        assert len(demos) == 12 and len(late) == 4
+        assert all(t.grade is not None and t.grade.success for t in demos + late)
+        level = {t.id: t.data["level"] for t in make_env("finqa-lite:1,2,3,4").tasks("train")}
+        assert {level[t.task_id] for t in demos} == {1, 2, 3} and {level[t.task_id] for t in late} == {4}
     finally:
         store.close()
     summary = json.loads((run_dir / "agentic.json").read_text())
@@ -100,5 +116,17 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     assert len(steps) == 2 and all("curriculum/level_1_weight" in s for s in steps)
     sft_steps = [json.loads(line) for line in sft_metrics.splitlines()]
     assert len(sft_steps) == 2
-    assert (run_dir / "policy").is_dir() and (run_dir / "imitation" / "policy").is_dir()
+    assert len(late_metrics.splitlines()) == 1
+    assert all((run_dir / d / "policy").is_dir() for d in (".", "imitation", "imitation-late"))
     assert "imitation" in (run_dir / "report.html").read_text()
+
+
+def test_late_levels_split_the_demonstrations_and_are_checked() -> None:
+    settings = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2})
+    assert settings.demo_counts() == ({1: 3, 2: 5, 3: 7}, {4: 2})
+    assert AgenticSettings(demo_tasks=4, late_levels=[]).demo_counts() == (dict.fromkeys(range(1, 5), 4), {})
+    assert AgenticSettings(late_levels=[4, 3, 4]).late_levels == [3, 4]
+    with pytest.raises(ValueError, match="late_levels: levels 1-4"):
+        AgenticSettings(late_levels=[5])
+    with pytest.raises(ValueError, match="at least one level that is not late"):
+        AgenticSettings(late_levels=[1, 2, 3, 4])

@@ -36,8 +36,9 @@ def demo_cmd(
     agentic: bool = typer.Option(
         False,
         "--agentic",
-        help="The agentic recipe on finqa-lite levels 2-4: baseline evals, oracle demonstrations, imitation, GRPO "
-        "with the curriculum and per-turn credit, final evals (held-out and ood). --set imitation.KEY=V / rl.KEY=V.",
+        help="The agentic recipe on finqa-lite levels 2-4: baseline evals, oracle demonstrations, imitation (level 4 "
+        "in a second pass), GRPO with the curriculum and per-turn credit, final evals (held-out and ood). "
+        "--set imitation.KEY=V / late.KEY=V / rl.KEY=V.",
     ),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
@@ -125,8 +126,9 @@ def _agentic(
     console = Console()
     console.print(table)
     sec = result.seconds
+    late = f" + late imitation {sec['imitation_late']:.0f} s" if "imitation_late" in sec else ""
     console.print(
-        f"wall time {sec['total']:.0f} s: imitation {sec['imitation']:.0f} s + RL {sec['rl']:.0f} s "
+        f"wall time {sec['total']:.0f} s: imitation {sec['imitation']:.0f} s{late} + RL {sec['rl']:.0f} s "
         f"(demonstrations {sec['demos']:.0f} s; evals "
         f"{sum(v for k, v in sec.items() if k.startswith('eval_')):.0f} s)"
     )

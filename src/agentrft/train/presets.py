@@ -40,21 +40,32 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`). Imitation time goes where the held-out pass
 # rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on levels 1-2, ~55 s on level 3 and ~190 s on
 # level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left level 3 at 0.05, 200 took it to 0.44
-# (runs/agentic3; 0.53 after RL), with level 2 at 0.78 from 96. Level 4 stays at 0: 16 demonstrations of the one-call
-# composition did not teach it, and neither did 48 of the per-report form in one pass with the other levels
-# (runs/agentic4: 16/64/144/48 of levels 1-4, 44.6 min of imitation, left level 2 at 0.31, level 3 at 0.34, level 4
-# at 0). After levels 2-3 are learned, 64 per-report ones (8 steps, 24 min) take level 4 to 0.34 (runs/l4dec), which
-# does not fit the 45 minutes yet. So the budget stays on levels 2-3.
+# (runs/agentic3; 0.53 after RL), with level 2 at 0.78 from 96. Level 4 (two reports) is learned only once levels 2-3
+# are: 48 per-report demonstrations shuffled in with the others left it at 0 and cost levels 2-3 (runs/agentic4:
+# 16/64/144/48, level 2 0.31, level 3 0.34), while 64 of them after the others took it from 0 to 0.34 and left
+# levels 2-3 where they were (runs/l4dec: 0.83 / 0.53). So level 4 is imitated in a second pass, after the others.
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 16}
+AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
+
+
+def _passes(counts: dict[int, int], late: tuple[int, ...]) -> tuple[int, int]:
+    """SFT steps of one pass over the first pass's demonstrations and over the late ones."""
+    first = sum(n for lv, n in counts.items() if lv not in late)
+    return -(-first // _AGENTIC_BATCH), -(-sum(counts[lv] for lv in late) // _AGENTIC_BATCH)
+
+
+_FIRST_STEPS, _LATE_STEPS = _passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS)
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 of one level (sft.group_by_prompt), packed
 # as segments in 8192-token rows, so a level's prompt (system, tools, worked example: 470-2,340 tokens) runs once
-# per row instead of once per demonstration. The first run of the recipe (24 steps over 48 per level, lr 3e-5)
-# fitted its demonstrations (nll 0.43 -> 0.08) but mostly picked the wrong formula on held-out questions.
+# per row instead of once per demonstration. (Rows of 12,288 tokens, which run a level-4 prompt once per 4
+# demonstrations instead of 2, were no faster: 208 s against 200 s for the same first batch, and 19.6 GiB peak.)
+# The first run of the recipe (24 steps over 48 per level, lr 3e-5) fitted its demonstrations (nll 0.43 -> 0.08)
+# but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
     **_SFT,
-    "steps": -(-sum(AGENTIC_DEMO_TASKS.values()) // _AGENTIC_BATCH),  # one pass: 43
+    "steps": _FIRST_STEPS,
     "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
     "data": {"success_only": True, "runs": ["demos"]},
     "sft": {"batch_size": _AGENTIC_BATCH, "group_by_prompt": True},
@@ -68,6 +79,14 @@ _AGENTIC_IMITATION: dict[str, Any] = {
         "micro_batch_tokens": 8192,
     },
     "checkpoint": {"every_steps": 4, "keep_last": 1},
+}
+# The second pass: one pass over the late levels' demonstrations (run "demos-late"), from the first pass's weights.
+_AGENTIC_IMITATION_LATE: dict[str, Any] = {
+    **_AGENTIC_IMITATION,
+    "steps": _LATE_STEPS,
+    "data": {"success_only": True, "runs": ["demos-late"]},
+    "optimizer": {**_AGENTIC_IMITATION["optimizer"], "warmup_steps": 1},
+    "checkpoint": {"every_steps": 2, "keep_last": 1},
 }
 # RL from the imitated weights: GRPO with the curriculum over levels, the outcome plus a share of the process
 # credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
@@ -111,6 +130,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": _DEMO,
     "sft": _SFT,
     "agentic-imitation": _AGENTIC_IMITATION,
+    "agentic-imitation-late": _AGENTIC_IMITATION_LATE,
     "agentic-rl": _AGENTIC_RL,
     # Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
     # each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
