@@ -334,15 +334,15 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(res))
         return
 
+    from agentrft.precision import bf16_native  # what `policy.precision: auto` picks
     from agentrft.samplers.policies import load_model_and_tokenizer, smollm2_cache_dir
-    from agentrft.train.update import bf16_supported
 
     load_model_and_tokenizer("smollm2-135m")  # makes sure the HF model dir exists in the cache
     model_dir = smollm2_cache_dir("models")
     prompts = build_prompts()
     pfile = Path(tempfile.mkstemp(prefix="vs-trl-prompts-", suffix=".json")[1])
     pfile.write_text(json.dumps(prompts))
-    bf16 = int(bf16_supported())
+    bf16 = int(bf16_native())
     print(
         f"prompts: {N_TASKS} x {GROUP} samples, prompt tokens {[p['prompt_tokens'] for p in prompts]}, "
         f"<= {MAX_NEW} new tokens, bf16={bool(bf16)}, steps={args.steps}",

@@ -245,15 +245,15 @@ def main() -> None:
     if args.db is None:
         raise SystemExit("pass --db STORE (e.g. the agentrft.db of an `agentrft demo` run dir)")
 
+    from agentrft.precision import bf16_native  # what `policy.precision: auto` picks
     from agentrft.samplers.policies import load_model_and_tokenizer, smollm2_cache_dir
-    from agentrft.train.update import bf16_supported
 
     load_model_and_tokenizer("smollm2-135m")  # the HF model dir exists in the cache
     args.run = _train_run(args.db, args.run)
     data = build_data(args.db, args.run, args.steps)
     dfile = Path(tempfile.mkstemp(prefix="vs-trl-offline-data-", suffix=".json")[1])
     dfile.write_text(json.dumps(data))
-    bf16 = int(bf16_supported())
+    bf16 = int(bf16_native())
     print(
         f"run {args.run}: SFT pool {data['sft_pool']} successes, {SFT_BATCH}/step; DPO {data['pairs']} pairs, "
         f"{DPO_BATCH}/step; {args.steps} steps; bf16={bool(bf16)}",

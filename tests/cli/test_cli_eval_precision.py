@@ -17,7 +17,7 @@ def _invoke(args: list[str]):
 def test_bad_precision_and_precision_of_an_endpoint_exit_2(tmp_path: Path) -> None:
     db = str(tmp_path / "e.db")
     bad = _invoke(["--env", "finqa-lite:1", "--policy", "tiny", "--precision", "fp16", "--db", db])
-    assert bad.exit_code == 2 and "--precision: expected fp32 or bf16, got 'fp16'" in bad.output
+    assert bad.exit_code == 2 and "--precision: expected auto, fp32 or bf16, got 'fp16'" in bad.output
     remote = _invoke(["--env", "finqa-lite:1", "--policy", "openai:gpt-x", "--precision", "bf16", "--db", db])
     assert remote.exit_code == 2 and "in-process policies only" in remote.output
     assert not Path(db).exists()

@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import fake_trajectory, tiny_llama
 
+from agentrft.precision import bf16_works
 from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
@@ -84,7 +85,7 @@ def test_lr_schedule():
     assert g(2) == pytest.approx(0.5, abs=1e-12)
 
 
-@pytest.mark.skipif(not U.bf16_supported(), reason="this CPU runs no bf16 matmul")
+@pytest.mark.skipif(not bf16_works(), reason="this CPU runs no bf16 matmul")
 @pytest.mark.parametrize("shared_prefix", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely(shared_prefix, seed):

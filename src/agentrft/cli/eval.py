@@ -130,8 +130,9 @@ def eval_command(
     precision: str = typer.Option(
         "fp32",
         "--precision",
-        help="In-process policies: the engine's compute, fp32 or bf16 (bf16 autocast and KV: about half the memory "
-        "and prefill time on a CPU with bf16 matmuls).",
+        help="In-process policies: the engine's compute, fp32, bf16 or auto (bf16 autocast and KV: about half the "
+        "memory and prefill time on a CPU that multiplies bf16 natively, ~3x slower elsewhere; auto picks bf16 "
+        "on such a CPU only).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
 ) -> None:
@@ -165,8 +166,8 @@ def eval_command(
                 raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
             if (why := agent.missing_program()) is not None:
                 raise fail(f"--agent-command: {why}", 2)
-        if precision not in ("fp32", "bf16"):
-            raise fail(f"--precision: expected fp32 or bf16, got {precision!r}", 2)
+        if precision not in ("auto", "fp32", "bf16"):
+            raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
         if precision != "fp32" and not is_in_process(policy):
             raise fail(f"--precision: applies to in-process policies only, not {policy!r}", 2)
         kw = {"precision": precision} if precision != "fp32" else {}

@@ -243,9 +243,13 @@ def load_trainable_policy(
 ) -> HFSampler | ReferenceHFSampler:
     """An in-process `TrainablePolicy`: the continuous-batching engine (``sampler="engine"``) or the
     reference sampler (``"reference"``: one `generate` per request, the engine's test oracle).
-    ``precision``: the engine's compute, fp32 or bf16 (the reference sampler computes in fp32 only)."""
-    if precision not in ("fp32", "bf16"):
-        raise PolicyError(f"unknown sampler precision {precision!r}; valid: fp32, bf16")
+    ``precision``: the engine's compute, fp32, bf16 or auto (`agentrft.precision.resolve`: bf16 where the CPU
+    multiplies bf16 natively); the reference sampler computes in fp32 only."""
+    from agentrft.precision import resolve
+
+    if precision not in ("auto", "fp32", "bf16"):
+        raise PolicyError(f"unknown sampler precision {precision!r}; valid: auto, fp32, bf16")
+    precision = "fp32" if sampler == "reference" and precision == "auto" else resolve(precision)
     if sampler == "reference" and precision != "fp32":
         raise PolicyError("the reference sampler computes in fp32 only (policy.sampler_precision: fp32)")
     if not is_in_process(name):

@@ -55,12 +55,13 @@ class PolicyConfig(_Cfg):
         description="in-process sampler: the continuous-batching engine, or the reference sampler (one plain "
         "transformers generate() per request: slow, the engine's test oracle)",
     )
-    sampler_precision: Literal["fp32", "bf16"] = Field(
+    sampler_precision: Literal["auto", "fp32", "bf16"] = Field(
         default="fp32",
         description="the engine's compute: bf16 autocast with bf16 KV (about half the memory and prefill time on a "
-        "CPU with bf16 matmuls; the trainer's bf16 autocast computes the same function) or fp32; bf16 pays off "
-        "with full fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast "
-        "every decode step)",
+        "CPU that multiplies bf16 natively; the trainer's bf16 autocast computes the same function), fp32, or auto "
+        "(bf16 on such a CPU, else fp32: elsewhere bf16 is emulated and ~3x slower); bf16 pays off with full "
+        "fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast every "
+        "decode step)",
     )
     sampler_kv_positions: int | None = Field(
         default=32768,
@@ -87,7 +88,9 @@ class PolicyConfig(_Cfg):
         description="recompute each layer in the backward: much less activation memory, ~1/3 more compute",
     )
     precision: Literal["auto", "bf16", "fp32"] = Field(
-        default="auto", description="bf16 autocast with fp32 master weights; auto = bf16 when the CPU runs bf16 matmuls"
+        default="auto",
+        description="bf16 autocast with fp32 master weights, or fp32; auto = bf16 when the CPU multiplies bf16 "
+        "natively (avx512_bf16 or AMX), else fp32 (agentrft.precision)",
     )
 
     def sampler_options(self) -> dict[str, Any]:

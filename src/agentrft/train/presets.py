@@ -66,7 +66,7 @@ _FIRST_STEPS, _LATE_STEPS = _passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS)
 _AGENTIC_IMITATION: dict[str, Any] = {
     **_SFT,
     "steps": _FIRST_STEPS,
-    "policy": {**_SFT["policy"], "sampler_precision": "bf16"},
+    "policy": {**_SFT["policy"], "sampler_precision": "auto"},
     "data": {"success_only": True, "runs": ["demos"]},
     "sft": {"batch_size": _AGENTIC_BATCH, "group_by_prompt": True},
     "rollout": {"env": AGENTIC_ENV, "temperature": 0.7, "max_tokens": 192},
@@ -96,7 +96,7 @@ _AGENTIC_RL: dict[str, Any] = {
     # Levels 1-3: a level-4 episode of the imitated policy runs up to 10 turns of ~2-4k prompt tokens (its held-out
     # eval: 64 episodes in 31 min), so a curriculum step promoted to level 4 would cost ~10 min of sampling alone,
     # a quarter of the recipe's 45-minute budget for imitation plus RL. Level 4 is learned from imitation.
-    "policy": {**_DEMO["policy"], "sampler_precision": "bf16"},
+    "policy": {**_DEMO["policy"], "sampler_precision": "auto"},
     "rollout": {
         "env": "finqa-lite:1,2,3",
         "tasks_per_step": 4,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 
 from agentrft.algos import aggregate, clipped_pg_loss
+from agentrft.precision import resolve
 from agentrft.samplers.distribution import Distribution
 from agentrft.train.config import AlgorithmConfig, OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
@@ -33,23 +34,9 @@ from agentrft.train.packing import MicroBatch
 from agentrft.train.shared_prefix import shared_prefix_logprobs
 
 
-def bf16_supported() -> bool:
-    """Whether this CPU runs a bf16 matmul (mkldnn present and the op works)."""
-    if not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        a = torch.ones(8, 8, dtype=torch.bfloat16)
-        return bool(torch.isfinite((a @ a).float()).all())
-    except RuntimeError:
-        return False
-
-
 def autocast_dtype(precision: str) -> torch.dtype | None:
-    if precision == "fp32":
-        return None
-    if precision == "bf16" or bf16_supported():
-        return torch.bfloat16
-    return None
+    """The trainer's autocast dtype for ``policy.precision`` (``auto``: `precision.resolve`)."""
+    return torch.bfloat16 if resolve(precision) == "bf16" else None
 
 
 @contextlib.contextmanager
