@@ -16,6 +16,7 @@ wraps every command in it. The store and eval imports are deferred so that `agen
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,6 +78,11 @@ def user_errors() -> Iterator[None]:
         yield
     except _CLI_EXITS:
         raise
+    except BrokenPipeError:
+        # the reader of stdout went away (`agentrft ... | head`): nobody is left to tell; exit 1 quietly, and
+        # point stdout at /dev/null so the interpreter's flush at exit does not raise the same error again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(EXIT_FAILURE) from None
     except Exception as err:
         if isinstance(err, _bad_input_types()):
             raise fail(str(err) or type(err).__name__, EXIT_BAD_INPUT) from None
