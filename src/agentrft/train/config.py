@@ -87,11 +87,24 @@ class PolicyConfig(_Cfg):
         default=False,
         description="recompute each layer in the backward: much less activation memory, ~1/3 more compute",
     )
+    freeze_layers: int = Field(
+        default=0,
+        ge=0,
+        description="full fine-tuning: keep the token embeddings (and an lm_head tied to them) and the first N "
+        "decoder layers fixed; the backward then stops at layer N, so a step costs about (1 + 2 (L - N) / L) / 3 "
+        "of a full one on an L-layer model (forward everywhere, backward above N)",
+    )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto",
         description="bf16 autocast with fp32 master weights, or fp32; auto = bf16 when the CPU multiplies bf16 "
         "natively (avx512_bf16 or AMX), else fp32 (agentrft.precision)",
     )
+
+    @model_validator(mode="after")
+    def _freeze_is_full(self) -> PolicyConfig:
+        if self.freeze_layers and self.finetune != "full":
+            raise ValueError("freeze_layers applies to finetune: full (a LoRA adapter already keeps the base fixed)")
+        return self
 
     def sampler_options(self) -> dict[str, Any]:
         """Keyword arguments of `samplers.policies.load_trainable_policy` for this section (the name and seed apart)."""

@@ -50,6 +50,8 @@ def prepare_model(model: Any, pc: PolicyConfig) -> Any:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if pc.finetune == "full":
         model.requires_grad_(True)
+        if pc.freeze_layers:
+            freeze_bottom(model, pc.freeze_layers)
         return model
     from peft import LoraConfig, get_peft_model
 
@@ -61,6 +63,17 @@ def prepare_model(model: Any, pc: PolicyConfig) -> Any:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
+
+
+def freeze_bottom(model: Any, n: int) -> None:
+    """Keep the token embeddings (with an lm_head tied to them) and the first ``n`` decoder layers fixed
+    (``policy.freeze_layers``): nothing below layer ``n`` needs a gradient, so autograd's backward stops there."""
+    layers = model.get_decoder().layers
+    if n > len(layers):
+        raise ValueError(f"policy.freeze_layers: {n} is more than the model's {len(layers)} decoder layers")
+    model.get_input_embeddings().requires_grad_(False)
+    for layer in layers[:n]:
+        layer.requires_grad_(False)
 
 
 def check_run_dir(run_dir: Path, cfg: TrainConfig, *, resume: bool, allow_config_change: bool) -> Path | None:
