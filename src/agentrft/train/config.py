@@ -92,7 +92,9 @@ class PolicyConfig(_Cfg):
         ge=0,
         description="full fine-tuning: keep the token embeddings (and an lm_head tied to them) and the first N "
         "decoder layers fixed; the backward then stops at layer N, so a step costs about (1 + 2 (L - N) / L) / 3 "
-        "of a full one on an L-layer model (forward everywhere, backward above N)",
+        "of a full one on an L-layer model (forward everywhere, backward above N), with less activation memory. "
+        "It learns less per step: SmolLM2-135M imitating 96 level-2 demonstrations in 12 steps reached held-out "
+        "pass@1 0.59 with N = 8 or 15 of 30 against 0.78 with nothing frozen (0.81 with only the embeddings)",
     )
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto",
