@@ -83,3 +83,21 @@ def test_an_sft_run_keeps_the_frozen_weights_and_resumes_exactly(tmp_path) -> No
     assert _strip(read_metrics(stopped)) == _strip(read_metrics(tmp_path / "whole"))
     for name, p in resumed.sampler.model.named_parameters():
         assert torch.equal(p.detach(), end[name].detach()), name
+
+
+def test_the_run_record_says_what_the_trainer_computed_in_at_each_start(tmp_path) -> None:
+    from agentrft.precision import bf16_native
+    from agentrft.store import Store
+
+    data = F.write_sft_store(tmp_path / "recorded.db")
+    cfg = F.sft_config(data, steps=3)  # policy.precision: fp32
+    run_dir = tmp_path / "run"
+    train(cfg, run_dir, components=F.components(run_dir), stop_after=2)
+    train(cfg, run_dir, resume=True, components=F.components(run_dir))
+    with Store(run_dir / "agentrft.db") as store:
+        run = next(r for r in store.list_runs() if r.kind == "train")
+    native = bf16_native()
+    assert run.metadata["compute"] == [
+        {"from_step": 0, "precision": "fp32", "bf16_native": native},
+        {"from_step": 2, "precision": "fp32", "bf16_native": native},
+    ]

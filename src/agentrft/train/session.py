@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrft.precision import bf16_native
 from agentrft.store import Store
 from agentrft.train.checkpoint import TrainerState, export_policy, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrft.train.config import PolicyConfig, TrainConfig
@@ -74,6 +75,15 @@ def freeze_bottom(model: Any, n: int) -> None:
     model.get_input_embeddings().requires_grad_(False)
     for layer in layers[:n]:
         layer.requires_grad_(False)
+
+
+def note_compute(store: Store, run_id: str, *, step: int, precision: torch.dtype | None) -> None:
+    """Append to the run record what the trainer computes in from ``step`` on (``policy.precision: auto`` is
+    bf16 or fp32 by the CPU, so a run started on one machine and resumed on another says so)."""
+    run = store.get_run(run_id)
+    entry = {"from_step": step, "precision": "bf16" if precision is not None else "fp32", "bf16_native": bf16_native()}
+    compute = [*run.metadata.get("compute", []), entry]
+    store.update_run(run.model_copy(update={"metadata": {**run.metadata, "compute": compute}}))
 
 
 def check_run_dir(run_dir: Path, cfg: TrainConfig, *, resume: bool, allow_config_change: bool) -> Path | None:
@@ -144,12 +154,13 @@ class Session:
             state = load_checkpoint(resume_from, model, optimizer, scheduler)
         run_id = state.extra.get("run_id") or f"train-{run_dir.name}"
         state.extra["run_id"] = run_id
+        precision = autocast_dtype(cfg.policy.precision)
         if store is not None:
             open_run(store, run_id, run_dir, cfg, resumed=resume, step=state.step, policy_version=state.policy_version)
+            note_compute(store, run_id, step=state.step, precision=precision)
         logger = MetricsLogger(
             run_dir, cfg.logging, store=store, run_id=run_id, resume_from_step=state.step if resume else None
         )
-        precision = autocast_dtype(cfg.policy.precision)
         return cls(
             cfg,
             run_dir,
