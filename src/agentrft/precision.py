@@ -11,9 +11,10 @@ agentic recipe (8 level-3 demonstrations) took 266 s under bf16 autocast against
 from __future__ import annotations
 
 from functools import cache
-from typing import Literal
+from typing import Literal, get_args
 
-Precision = Literal["auto", "bf16", "fp32"]
+Precision = Literal["auto", "bf16", "fp32"]  # the valid names, for configs and the CLI alike
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 def bf16_works() -> bool:
@@ -38,10 +39,12 @@ def bf16_native() -> bool:
     return bool(native) and bf16_works()
 
 
-def resolve(precision: Precision | str) -> Literal["bf16", "fp32"]:
+def resolve(precision: str) -> Literal["bf16", "fp32"]:
     """``auto`` -> bf16 where the CPU multiplies bf16 natively, else fp32; ``bf16`` / ``fp32`` as given."""
     if precision == "auto":
         return "bf16" if bf16_native() else "fp32"
-    if precision in ("bf16", "fp32"):
-        return precision  # type: ignore[return-value]
-    raise ValueError(f"unknown precision {precision!r}; valid: auto, bf16, fp32")
+    if precision == "bf16":
+        return "bf16"
+    if precision == "fp32":
+        return "fp32"
+    raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")

@@ -4,7 +4,8 @@ recomputes at the first on-policy step (SmolLM2-135M, finqa-lite level 1, the de
 Tolerances: with both sides in fp32 the gap is float noise (measured on the 2-core dev CPU: mean 1.9e-6,
 max 2.5e-5 over ~300 sampled tokens); under bf16 autocast in the trainer (what ``auto`` picks where the
 CPU multiplies bf16 natively; run explicitly, so every CPU checks it) it is bf16 rounding of the trainer's
-forward (measured: mean 0.013-0.016, max 0.18-0.33 here; over the demo's ten steps the per-step mean stayed within 0.009-0.046 and the max reached 1.5 on rare tokens).
+forward (measured: mean 0.013-0.016, max 0.18-0.33 here; over the demo's ten steps the per-step mean stayed
+within 0.009-0.046 and the max reached 1.5 on rare tokens).
 The last test shows the check has teeth: the same samples recomputed at the wrong temperature.
 """
 

@@ -148,6 +148,7 @@ def eval_command(
     with user_errors():
         from agentrft.envs.registry import make_env
         from agentrft.eval.harness import Prices, evaluate
+        from agentrft.precision import PRECISIONS
         from agentrft.samplers.base import SamplingParams
         from agentrft.samplers.policies import is_in_process, load_policy
 
@@ -166,7 +167,7 @@ def eval_command(
                 raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
             if (why := agent.missing_program()) is not None:
                 raise fail(f"--agent-command: {why}", 2)
-        if precision not in ("auto", "fp32", "bf16"):
+        if precision not in PRECISIONS:
             raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
         if precision != "fp32" and not is_in_process(policy):
             raise fail(f"--precision: applies to in-process policies only, not {policy!r}", 2)

@@ -247,10 +247,11 @@ def load_trainable_policy(
     multiplies bf16 natively); the reference sampler computes in fp32 only."""
     from agentrft.precision import resolve
 
-    if precision not in ("auto", "fp32", "bf16"):
-        raise PolicyError(f"unknown sampler precision {precision!r}; valid: auto, fp32, bf16")
-    precision = "fp32" if sampler == "reference" and precision == "auto" else resolve(precision)
-    if sampler == "reference" and precision != "fp32":
+    try:
+        computes = resolve(precision)
+    except ValueError as err:
+        raise PolicyError(f"sampler {err}") from None
+    if sampler == "reference" and precision == "bf16":
         raise PolicyError("the reference sampler computes in fp32 only (policy.sampler_precision: fp32)")
     if not is_in_process(name):
         raise PolicyError(
@@ -261,7 +262,7 @@ def load_trainable_policy(
     if sampler == "engine":
         from agentrft.samplers.hf import HFSampler
 
-        return HFSampler(model, tok, policy=name, precision=precision, **kw)
+        return HFSampler(model, tok, policy=name, precision=computes, **kw)
     if sampler == "reference":
         from agentrft.samplers.hf_reference import ReferenceHFSampler
 

@@ -26,6 +26,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
+from agentrft.precision import Precision
 from agentrft.rollout.agent_command import AgentCommandConfig
 from agentrft.rollout.formats import FormatName
 from agentrft.train.data import DataConfig
@@ -55,7 +56,7 @@ class PolicyConfig(_Cfg):
         description="in-process sampler: the continuous-batching engine, or the reference sampler (one plain "
         "transformers generate() per request: slow, the engine's test oracle)",
     )
-    sampler_precision: Literal["auto", "fp32", "bf16"] = Field(
+    sampler_precision: Precision = Field(
         default="fp32",
         description="the engine's compute: bf16 autocast with bf16 KV (about half the memory and prefill time on a "
         "CPU that multiplies bf16 natively; the trainer's bf16 autocast computes the same function), fp32, or auto "
@@ -96,7 +97,7 @@ class PolicyConfig(_Cfg):
         "It learns less per step: SmolLM2-135M imitating 96 level-2 demonstrations in 12 steps reached held-out "
         "pass@1 0.59 with N = 8 or 15 of 30 against 0.78 with nothing frozen (0.81 with only the embeddings)",
     )
-    precision: Literal["auto", "bf16", "fp32"] = Field(
+    precision: Precision = Field(
         default="auto",
         description="bf16 autocast with fp32 master weights, or fp32; auto = bf16 when the CPU multiplies bf16 "
         "natively (avx512_bf16 or AMX), else fp32 (agentrft.precision)",

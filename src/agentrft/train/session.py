@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrft.precision import bf16_native
+from agentrft.precision import bf16_native, resolve
 from agentrft.store import Store
 from agentrft.train.checkpoint import TrainerState, export_policy, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrft.train.config import PolicyConfig, TrainConfig
@@ -77,11 +77,11 @@ def freeze_bottom(model: Any, n: int) -> None:
         layer.requires_grad_(False)
 
 
-def note_compute(store: Store, run_id: str, *, step: int, precision: torch.dtype | None) -> None:
+def note_compute(store: Store, run_id: str, *, step: int, precision: str) -> None:
     """Append to the run record what the trainer computes in from ``step`` on (``policy.precision: auto`` is
     bf16 or fp32 by the CPU, so a run started on one machine and resumed on another says so)."""
     run = store.get_run(run_id)
-    entry = {"from_step": step, "precision": "bf16" if precision is not None else "fp32", "bf16_native": bf16_native()}
+    entry = {"from_step": step, "precision": resolve(precision), "bf16_native": bf16_native()}
     compute = [*run.metadata.get("compute", []), entry]
     store.update_run(run.model_copy(update={"metadata": {**run.metadata, "compute": compute}}))
 
@@ -157,7 +157,7 @@ class Session:
         precision = autocast_dtype(cfg.policy.precision)
         if store is not None:
             open_run(store, run_id, run_dir, cfg, resumed=resume, step=state.step, policy_version=state.policy_version)
-            note_compute(store, run_id, step=state.step, precision=precision)
+            note_compute(store, run_id, step=state.step, precision=cfg.policy.precision)
         logger = MetricsLogger(
             run_dir, cfg.logging, store=store, run_id=run_id, resume_from_step=state.step if resume else None
         )
