@@ -285,6 +285,21 @@ class OptimizerConfig(_Cfg):
         "dense mask (train/segment_attention.py), for long episodes sharing a prompt; both exact. GRPO, SFT and "
         "rejection sampling; DPO and reward models keep the tree (a pair is one unit of a row)",
     )
+    context_grad: Literal["full", "stop"] = Field(
+        default="full",
+        description="full: the exact gradient; stop: the tokens no loss trains (prompt, tool outputs) run forward "
+        "once without autograd and the trained tokens attend to their keys and values as constants "
+        "(train/context_grad.py): the same loss, a gradient that skips how the context is encoded, a fraction of "
+        "the update's compute on long tool outputs. Needs shared_prefix with the segments layout",
+    )
+
+    @model_validator(mode="after")
+    def _context_grad_layout(self) -> OptimizerConfig:
+        if self.context_grad == "stop" and not (self.shared_prefix and self.shared_prefix_layout == "segments"):
+            raise ValueError(
+                "optimizer.context_grad: stop needs optimizer.shared_prefix true and shared_prefix_layout segments"
+            )
+        return self
 
 
 class EvalConfig(_Cfg):
@@ -362,6 +377,8 @@ class TrainConfig(_Cfg):
 
     @model_validator(mode="after")
     def _method_data(self) -> TrainConfig:
+        if self.optimizer.context_grad == "stop" and self.method in ("dpo", "reward_model"):
+            raise ValueError(f"optimizer.context_grad: stop is for grpo, sft and rejection_sampling, not {self.method}")
         if self.async_.max_staleness and self.method != "grpo":
             raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")
         if self.ray.on and self.method != "grpo":

@@ -35,6 +35,7 @@ from torch import Tensor
 
 NAME = "agentrft_sdpa"
 KWARG = "agentrft_segments"
+CONTEXT_KWARG = "agentrft_context"  # a `context_grad.ContextPass`: the stop-gradient context's two passes
 # Per row: (prefix length P, [(start, end) columns of each sequence's suffix]).
 Segments = list[tuple[int, list[tuple[int, int]]]]
 
@@ -53,6 +54,7 @@ def _attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     segments = kwargs.pop(KWARG, None)
+    context = kwargs.pop(CONTEXT_KWARG, None)
     if segments is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
@@ -62,6 +64,8 @@ def _attention(
         raise ValueError(
             f"segmented attention computes plain causal attention; this model also needs {unsupported or ['dropout']}"
         )
+    if context is not None:
+        return context.attend(module, query, key, value, segments, scaling), None
     return segmented_attention(query, key, value, segments, scaling), None
 
 

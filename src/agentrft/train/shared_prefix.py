@@ -38,11 +38,12 @@ import torch
 from torch import Tensor
 
 from agentrft.samplers.distribution import Distribution
+from agentrft.train.context_grad import ContextPass, gradient_columns, stop_context_hidden
 from agentrft.train.logprobs import _body_and_head, head_logprobs
 from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
+from agentrft.train.segment_attention import CONTEXT_KWARG, Segments, check_segment_attention
 from agentrft.train.segment_attention import KWARG as SEGMENTS_KWARG
 from agentrft.train.segment_attention import NAME as SEGMENT_ATTENTION
-from agentrft.train.segment_attention import Segments, check_segment_attention
 
 
 @dataclass
@@ -56,6 +57,7 @@ class PrefixTreeRows:
     seq_cols: Tensor  # (B, T) column of token t of sequence b in its row (0 past the sequence's end)
     num_tokens: int  # real (non-padding) packed tokens: what the model actually runs
     segments: Segments | None = None  # the segment layout instead of a tree mask (`segment_attention`)
+    stop_context: bool = False  # gradients skip the context's keys and values (`context_grad`; segments only)
 
     def attention_mask_for(self, model: Any, dtype: torch.dtype) -> Tensor:
         """The 4D mask as the model's attention wants it: bool for SDPA, additive float for eager."""
@@ -229,10 +231,17 @@ def shared_prefix_micro_batches(
     pad_id: int = 0,
     units: Sequence[Sequence[int]] | None = None,
     layout: Literal["tree", "segments"] = "tree",
+    context_grad: Literal["full", "stop"] = "full",
 ) -> list[MicroBatch]:
     """Micro-batches whose ``.shared`` holds the packing; rows x longest packed row <= ``max_tokens``.
     ``units``: indices into ``seqs`` kept in one row, hence one micro-batch (see `plan_rows`; tree layout only).
-    ``layout``: ``tree`` (prefix tree, dense mask) or ``segments`` (common prefix + suffixes, `segment_attention`)."""
+    ``layout``: ``tree`` (prefix tree, dense mask) or ``segments`` (common prefix + suffixes, `segment_attention`).
+    ``context_grad``: ``stop`` packs every micro-batch as segments (rows of one sequence too) whose update holds
+    the untrained tokens' keys and values constant (`context_grad`)."""
+    if context_grad not in ("full", "stop"):
+        raise ValueError(f"unknown context_grad {context_grad!r}; valid: full, stop")
+    if context_grad == "stop" and layout != "segments":
+        raise ValueError("context_grad stop needs the segments layout")
     tokens = [s.input_ids for s in seqs]
     if layout == "segments":
         if units is not None:
@@ -249,7 +258,7 @@ def shared_prefix_micro_batches(
     for group in plan:
         members = [seqs[j] for r in group for j in rows[r]]
         mb = collate(members, pad_id)
-        if all(len(rows[r]) == 1 for r in group):
+        if context_grad == "full" and all(len(rows[r]) == 1 for r in group):
             # nothing shared: the plain causal layout computes the same and attends without a dense tree mask
             # (SDPA's causal kernel skips the masked half; an explicit L x L mask does not)
             out.append(mb)
@@ -261,22 +270,28 @@ def shared_prefix_micro_batches(
             k += len(rows[r])
         pack = pack_segment_rows if layout == "segments" else pack_prefix_tree
         mb.shared = pack([m.input_ids for m in members], local_rows, pad_id)
+        mb.shared.stop_context = context_grad == "stop"
         out.append(mb)
     return out
+
+
+def _segment_forward(
+    body: Any, input_ids: Tensor, position_ids: Tensor, segments: Segments, context: ContextPass | None = None
+) -> Tensor:
+    """(R, L, H) hidden states of the decoder ``body`` over rows in the segment layout (and a context pass)."""
+    check_segment_attention(body)
+    # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
+    placeholder = torch.full((input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
+    extra: dict[str, Any] = {SEGMENTS_KWARG: segments}
+    if context is not None:
+        extra[CONTEXT_KWARG] = context
+    return body(input_ids=input_ids, attention_mask=placeholder, position_ids=position_ids, **extra).last_hidden_state
 
 
 def packed_hidden(body: Any, rows: PrefixTreeRows) -> Tensor:
     """(R, L, H) hidden states of the decoder ``body`` over packed ``rows``, in either layout."""
     if rows.segments is not None:
-        check_segment_attention(body)
-        # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
-        placeholder = torch.full((rows.input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
-        return body(
-            input_ids=rows.input_ids,
-            attention_mask=placeholder,
-            position_ids=rows.position_ids,
-            **{SEGMENTS_KWARG: rows.segments},
-        ).last_hidden_state
+        return _segment_forward(body, rows.input_ids, rows.position_ids, rows.segments)
     dtype = next(body.parameters()).dtype
     return body(
         input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype), position_ids=rows.position_ids
@@ -301,9 +316,17 @@ def shared_prefix_logprobs(
     if bool(loss_mask[:, 0].any()):
         raise ValueError("loss_mask[:, 0] must be 0: the first token has no context to be sampled from")
     body, head = _body_and_head(model)
-    hidden = packed_hidden(body, rows)  # (R, L, H)
     b_idx, t_idx = loss_mask[:, 1:].nonzero(as_tuple=True)
-    h = hidden[rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]]  # (M, H)
+    row, col = rows.seq_row[b_idx], rows.seq_cols[b_idx, t_idx]
+    if rows.stop_context and torch.is_grad_enabled():
+        assert rows.segments is not None, "a stop-gradient context needs the segment layout"
+        cols = gradient_columns(rows.seq_row, rows.seq_cols, loss_mask, rows.input_ids.shape[0])
+        hidden, compact = stop_context_hidden(
+            body, rows.input_ids, rows.position_ids, rows.segments, cols, _segment_forward
+        )
+        h = hidden[row, compact[row, col]]  # (M, H)
+    else:
+        h = packed_hidden(body, rows)[row, col]  # (M, H)
     return head_logprobs(
         head,
         h,

@@ -315,6 +315,11 @@ def pack_stage(
         from agentrft.train.shared_prefix import shared_prefix_micro_batches
 
         return shared_prefix_micro_batches(
-            seqs, o.micro_batch_tokens, o.shared_prefix_row_tokens, pad_id, layout=o.shared_prefix_layout
+            seqs,
+            o.micro_batch_tokens,
+            o.shared_prefix_row_tokens,
+            pad_id,
+            layout=o.shared_prefix_layout,
+            context_grad=o.context_grad,
         )
     return micro_batches(seqs, o.micro_batch_tokens, pad_id)
