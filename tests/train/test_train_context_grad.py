@@ -67,19 +67,18 @@ def test_logprobs_exact_and_gradient_that_of_a_detached_context(row_tokens):
     assert all(mb.shared is not None and mb.shared.stop_context for mb in mbs)
     use_segment_attention(model)
     use_segment_attention(exact_model)
+    position = {s.index: k for k, s in enumerate(seqs)}  # a sequence's place in ``seqs``
     for mb in mbs:
         for m in (model, exact_model):
             if m is exact_model:
                 mb.shared.stop_context = False
             lp, _ = shared_prefix_logprobs(m, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=5)
             mb.shared.stop_context = True
-            for b, i in enumerate(mb.seq_index):
-                n = len(seqs[[s.index for s in seqs].index(i)].input_ids)
-                # the log-probs are the exact update's (and the reference's): only the gradient differs
-                torch.testing.assert_close(lp[b, :n], want_lp[[s.index for s in seqs].index(i)], rtol=1e-10, atol=1e-12)
             w = torch.zeros_like(lp)
             for b, i in enumerate(mb.seq_index):
-                wi = weights[[s.index for s in seqs].index(i)]
+                want, wi = want_lp[position[i]], weights[position[i]]
+                # the log-probs are the exact update's (and the reference's): only the gradient differs
+                torch.testing.assert_close(lp[b, : len(want)], want, rtol=1e-10, atol=1e-12)
                 w[b, : len(wi)] = wi
             (lp * w).sum().backward()
     got = [p.grad for p in model.parameters()]

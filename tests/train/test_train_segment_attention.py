@@ -168,11 +168,11 @@ def test_bf16_autocast_matches_the_tree_layout():
 
 def test_a_model_that_ignores_the_layout_gets_nan_not_a_wrong_answer(monkeypatch):
     """Were the switch undone behind our back, plain SDPA would see the NaN placeholder mask: NaN, not a wrong number."""
-    import agentrft.train.shared_prefix as sp
+    import agentrft.train.segment_attention as sa
 
     seqs = _batch(seed=6)
     [mb] = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")
     model = tiny_llama()
-    monkeypatch.setattr(sp, "check_segment_attention", lambda body: None)
+    monkeypatch.setattr(sa, "check_segment_attention", lambda body: None)
     lp, _ = shared_prefix_logprobs(model, mb.shared, mb.input_ids, mb.loss_mask, chunk_size=7)
     assert bool(torch.isnan(lp[mb.loss_mask.bool()]).all())

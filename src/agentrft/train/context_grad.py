@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agentrft.train.segment_attention import Segments, segmented_attention
+from agentrft.train.segment_attention import Segments, segment_forward, segmented_attention
 
 
 @dataclass
@@ -58,8 +58,8 @@ class ContextPass:
         rows, heads, width, dim = k.shape
         idx = self.cols[:, None, :, None].expand(rows, heads, width, dim)
         # column L is a dummy that only padding queries see (a query seeing no key makes SDPA emit NaN)
-        kf = _with_dummy(k0).to(k.dtype).scatter(2, idx, k)
-        vf = _with_dummy(v0).to(v.dtype).scatter(2, idx, v)
+        kf = _with_dummy(k0).scatter(2, idx, k)
+        vf = _with_dummy(v0).scatter(2, idx, v)
         out = torch.nn.functional.scaled_dot_product_attention(
             q, kf, vf, attn_mask=self.visible, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
         )
@@ -100,15 +100,14 @@ def visibility(cols: list[Tensor], segments: Segments, length: int) -> Tensor:
 
 
 def stop_context_hidden(
-    body: Any, input_ids: Tensor, position_ids: Tensor, segments: Segments, cols: list[Tensor], run: Any
+    body: Any, input_ids: Tensor, position_ids: Tensor, segments: Segments, cols: list[Tensor]
 ) -> tuple[Tensor, Tensor]:
     """Hidden states (R, G, H) of the gradient columns ``cols`` and the (R, L + 1) index of each column in them
-    (-1: not a gradient column). ``run(body, ids, pos, segments, context)`` is one forward of the decoder body
-    in the segment layout carrying ``context``: first over the rows without autograd, then over the columns."""
+    (-1: not a gradient column): the decoder ``body`` runs over the rows without autograd, then over the columns."""
     rows, length = input_ids.shape
     context = ContextPass()
     with torch.no_grad():
-        run(body, input_ids, position_ids, segments, context)
+        segment_forward(body, input_ids, position_ids, segments, context)
     width = max(max((len(c) for c in cols), default=0), 1)
     padded = torch.full((rows, width), length, dtype=torch.long)
     compact = torch.full((rows, length + 1), -1, dtype=torch.long)
@@ -120,4 +119,4 @@ def stop_context_hidden(
     gather = padded.clamp(max=length - 1)
     ids = torch.gather(input_ids, 1, gather)
     pos = torch.gather(position_ids, 1, gather).masked_fill(padded == length, 0)
-    return run(body, ids, pos, segments, context), compact
+    return segment_forward(body, ids, pos, segments, context), compact

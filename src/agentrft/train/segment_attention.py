@@ -139,3 +139,17 @@ def segmented_attention(q: Tensor, k: Tensor, v: Tensor, segments: Segments, sca
         row = q.new_zeros(heads, length, dim, dtype=dtype)
         out_rows.append(row.index_copy(1, torch.cat(cols), torch.cat(vals, dim=1)) if cols else row)
     return torch.stack(out_rows).transpose(1, 2).contiguous()
+
+
+def segment_forward(
+    body: Any, input_ids: Tensor, position_ids: Tensor, segments: Segments, context: Any = None
+) -> Tensor:
+    """(R, L, H) hidden states of the decoder ``body`` over rows in the ``segments`` layout; ``context``: a
+    `context_grad.ContextPass` that the attention hands each layer to."""
+    check_segment_attention(body)
+    # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
+    placeholder = torch.full((input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
+    extra: dict[str, Any] = {KWARG: segments}
+    if context is not None:
+        extra[CONTEXT_KWARG] = context
+    return body(input_ids=input_ids, attention_mask=placeholder, position_ids=position_ids, **extra).last_hidden_state

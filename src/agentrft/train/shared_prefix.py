@@ -38,12 +38,11 @@ import torch
 from torch import Tensor
 
 from agentrft.samplers.distribution import Distribution
-from agentrft.train.context_grad import ContextPass, gradient_columns, stop_context_hidden
+from agentrft.train.context_grad import gradient_columns, stop_context_hidden
 from agentrft.train.logprobs import _body_and_head, head_logprobs
 from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
-from agentrft.train.segment_attention import CONTEXT_KWARG, Segments, check_segment_attention
-from agentrft.train.segment_attention import KWARG as SEGMENTS_KWARG
 from agentrft.train.segment_attention import NAME as SEGMENT_ATTENTION
+from agentrft.train.segment_attention import Segments, segment_forward
 
 
 @dataclass
@@ -275,23 +274,10 @@ def shared_prefix_micro_batches(
     return out
 
 
-def _segment_forward(
-    body: Any, input_ids: Tensor, position_ids: Tensor, segments: Segments, context: ContextPass | None = None
-) -> Tensor:
-    """(R, L, H) hidden states of the decoder ``body`` over rows in the segment layout (and a context pass)."""
-    check_segment_attention(body)
-    # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
-    placeholder = torch.full((input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
-    extra: dict[str, Any] = {SEGMENTS_KWARG: segments}
-    if context is not None:
-        extra[CONTEXT_KWARG] = context
-    return body(input_ids=input_ids, attention_mask=placeholder, position_ids=position_ids, **extra).last_hidden_state
-
-
 def packed_hidden(body: Any, rows: PrefixTreeRows) -> Tensor:
     """(R, L, H) hidden states of the decoder ``body`` over packed ``rows``, in either layout."""
     if rows.segments is not None:
-        return _segment_forward(body, rows.input_ids, rows.position_ids, rows.segments)
+        return segment_forward(body, rows.input_ids, rows.position_ids, rows.segments)
     dtype = next(body.parameters()).dtype
     return body(
         input_ids=rows.input_ids, attention_mask=rows.attention_mask_for(body, dtype), position_ids=rows.position_ids
@@ -321,9 +307,7 @@ def shared_prefix_logprobs(
     if rows.stop_context and torch.is_grad_enabled():
         assert rows.segments is not None, "a stop-gradient context needs the segment layout"
         cols = gradient_columns(rows.seq_row, rows.seq_cols, loss_mask, rows.input_ids.shape[0])
-        hidden, compact = stop_context_hidden(
-            body, rows.input_ids, rows.position_ids, rows.segments, cols, _segment_forward
-        )
+        hidden, compact = stop_context_hidden(body, rows.input_ids, rows.position_ids, rows.segments, cols)
         h = hidden[row, compact[row, col]]  # (M, H)
     else:
         h = packed_hidden(body, rows)[row, col]  # (M, H)
