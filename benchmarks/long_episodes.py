@@ -116,6 +116,7 @@ def main() -> None:
         "kv_padding_fraction": round(1 - st["kv_used_positions"] / max(st["kv_positions"], 1), 3),
         "prefill_s": round(st["prefill_s"], 1),
         "decode_s": round(st["decode_s"], 1),
+        "trim_s": round(st.get("trim_s", 0.0), 2),
         "kv_peak_positions": st.get("kv_peak_positions"),
         "kv_wait_steps": st.get("kv_wait_steps"),
         "model_dtype": str(next(sampler.model.parameters()).dtype),
@@ -128,6 +129,7 @@ def main() -> None:
         "engine_precision": sampler.precision,
         "fraction_of_engine_bound": round(achieved / (peak_bf16 if sampler.precision == "bf16" else peak_fp32), 4),
         "prefix_cache": dict(sampler.prefix_cache.stats),
+        "prefix_cache_mib_at_end": round(sampler.prefix_cache.nbytes / 2**20),
         "sets": args.sets,
     }
     print(json.dumps(out), flush=True)

@@ -273,3 +273,50 @@ def test_padding_between_rows_of_different_lengths_is_measured(model_tok) -> Non
     st = s.stats
     assert st["kv_positions"] == 2 * len(long)  # one admission: two cache rows padded to the longer prompt
     assert st["kv_used_positions"] == len(short) + len(long)
+
+
+def _owns(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def test_owned_copies_views_and_casts() -> None:
+    from agentrft.samplers.prefix_cache import owned
+
+    batch = torch.randn(4, 2, 10, 8)
+    row = batch[1:2]  # contiguous, yet a view of the whole batch: contiguous() would keep all four rows alive
+    assert row.is_contiguous() and not _owns(row)
+    got = owned(row)
+    assert _owns(got) and torch.equal(got, row)
+    assert owned(got) is got  # already its own: no copy
+    half = owned(batch[:, :, 3:], torch.bfloat16)
+    assert _owns(half) and half.dtype == torch.bfloat16 and half.shape == (4, 2, 7, 8)
+    assert torch.equal(half, batch[:, :, 3:].to(torch.bfloat16))
+
+
+def test_prefix_cache_entries_own_their_memory() -> None:
+    batch = [(torch.randn(3, 2, 70, 4), torch.randn(3, 2, 70, 4)) for _ in range(2)]
+    pc = PrefixCache(max_tokens=1000, min_tokens=8)
+    tokens = np.arange(70)
+    assert pc.add(tokens, [(k[2:3], v[2:3]) for k, v in batch])  # the last row of a batch's cache
+    ((kv, _),) = [(e.kv, e) for e in pc._entries.values()]
+    assert all(_owns(k) and _owns(v) for k, v in kv)
+    assert pc.nbytes == 2 * 2 * (2 * 70 * 4) * 4
+
+
+def test_prefill_kv_owns_its_memory_in_the_cache_dtype(model_tok) -> None:
+    """Each prompt's KV from a chunked prefill is its own tensor (not a view that pins the chunk's padded cache)
+    and in the requested dtype; the values are those of the plain prefill."""
+    from agentrft.samplers.hf_prefill import _prefill
+
+    model, _ = model_tok
+    s = make(model_tok)
+    ps = prompts(s, QUESTIONS[:3])
+    dev = torch.device("cpu")
+    with torch.inference_mode():
+        plain, _ = _prefill(model, ps, dev)
+        half, _ = _prefill(model, ps, dev, kv_dtype=torch.bfloat16)
+    for a, b, p in zip(plain, half, ps, strict=True):
+        for (ka, va), (kb, vb) in zip(a, b, strict=True):
+            assert _owns(ka) and _owns(va) and _owns(kb) and _owns(vb)
+            assert kb.dtype == vb.dtype == torch.bfloat16 and kb.shape == ka.shape == (1, 2, len(p), 16)
+            assert torch.equal(kb, ka.to(torch.bfloat16)) and torch.equal(vb, va.to(torch.bfloat16))

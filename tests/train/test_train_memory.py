@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
+from agentrft.memory import peak_rss_mib, trim
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.memory import peak_rss_mib, trim
 from agentrft.train.update import make_optimizer
 
 

@@ -252,23 +252,31 @@ class RunningBatch:
         # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
         left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
         capacity = length + w_all * min(left, 2048) + 1  # past that, `kv_cache.RoomyLayer` grows by half
-        old = [(la.keys, la.values) for la in self.cache.layers] if self.cache is not None else []
         old_rows = kept if kept is not None else range(rows0)  # the live cache rows, in their new order
+        # Layer by layer, each old layer and each prompt's layer KV is dropped once copied, so the copy costs one
+        # layer's worth of memory on top of the cache, not a second cache (a failed admission fails the batch).
+        old: list[Any] = self.cache.layers if self.cache is not None else []
+        self.cache = None
+        prompt_kv = [[kv[layer] for kv in caches] for layer in range(len(caches[0]))]  # [layer][prompt] (k, v)
+        del caches
         layers = []
-        for layer in range(len(caches[0])):
-            like = caches[0][layer][0]
+        while prompt_kv:
+            kv_u, old_layer = prompt_kv.pop(0), old.pop(0) if old else None
+            like = kv_u[0][0]
             bufs = []
             for which in (0, 1):
                 shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf = like.new_empty(shape, dtype=self.kv_dtype or like.dtype)
                 buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
-                for j, c in enumerate(old_rows if old else ()):  # row by row: no temporary copy of the cache
-                    buf[j, :, length - len0 : length] = old[layer][which][c]
+                if old_layer is not None:
+                    prev = old_layer.values if which else old_layer.keys
+                    for j, c in enumerate(old_rows):  # row by row: no temporary copy of the cache
+                        buf[j, :, length - len0 : length] = prev[c]
                 for c, u in enumerate(row_prompt):
-                    buf[rows0 + c, :, length - lengths[u] : length] = caches[u][layer][which][0]
+                    buf[rows0 + c, :, length - lengths[u] : length] = kv_u[u][which][0]
                 bufs.append(buf)
+            del kv_u, old_layer
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
-        del caches, old
         self.cache = cache_of(layers)
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
         new_logits = last.index_select(0, torch.tensor(src, device=self.device))
@@ -289,7 +297,9 @@ class RunningBatch:
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
         """Prefill distinct prompts, running each shared or cached prefix through the model once."""
-        caches, last, computed, reused = prefill_prompts(self.model, prompts, self.device, self.prefix_cache)
+        caches, last, computed, reused = prefill_prompts(
+            self.model, prompts, self.device, self.prefix_cache, self.kv_dtype
+        )
         self.prefill_tokens += computed
         self.reused_tokens += reused
         return caches, last

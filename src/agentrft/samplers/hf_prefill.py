@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, shared_prefixes
+from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, owned, shared_prefixes
 
 
 def cache_kw(model: Any) -> str:
@@ -43,14 +43,21 @@ def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: floa
 
 
 def _prefill(
-    model: Any, prompts: list[list[int]], device: torch.device, bases: list[tuple[KV | None, int]] | None = None
+    model: Any,
+    prompts: list[list[int]],
+    device: torch.device,
+    bases: list[tuple[KV | None, int]] | None = None,
+    kv_dtype: torch.dtype | None = None,
 ) -> tuple[list[KV], torch.Tensor]:
     """Prefill the prompts in length-bucketed, left-padded chunks.
 
     `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens,
     already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
     through the model. Returns per-prompt per-layer (k, v) of shape [1,H,P,D]
-    (padding cut off) and the last-position logits [U, V].
+    (padding cut off), each in its own storage and in `kv_dtype` (None: as the layers
+    made them; under bf16 autocast the rotated keys come out fp32), and the
+    last-position logits [U, V]. A chunk's cache (its padding, the shared base
+    expanded to every row) is freed when the chunk is done.
     """
     from transformers import DynamicCache
 
@@ -95,7 +102,11 @@ def _prefill(
         for j, u in enumerate(chunk):
             m, n = base_lens[u], lengths[u]
             caches[u] = [
-                (_real(la.keys, j, m_max, m, s_max, n), _real(la.values, j, m_max, m, s_max, n)) for la in layers
+                (
+                    owned(_real(la.keys, j, m_max, m, s_max, n), kv_dtype),
+                    owned(_real(la.values, j, m_max, m, s_max, n), kv_dtype),
+                )
+                for la in layers
             ]
             last[u] = out.logits[j, -1]
     return caches, torch.stack(last)
@@ -139,14 +150,18 @@ def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> to
 
 
 def prefill_prompts(
-    model: Any, prompts: list[list[int]], device: torch.device, prefix_cache: PrefixCache | None
+    model: Any,
+    prompts: list[list[int]],
+    device: torch.device,
+    prefix_cache: PrefixCache | None,
+    kv_dtype: torch.dtype | None = None,
 ) -> tuple[list[KV], torch.Tensor, int, int]:
     """Prefill distinct prompts, running each shared or cached prefix through the model once. Returns each
-    prompt's KV [1,H,P,D] per layer, the last-position logits [U, V], and how many prompt positions ran
-    through the model and how many were taken from a shared or cached prefix."""
+    prompt's KV [1,H,P,D] per layer (in `kv_dtype`, see `_prefill`), the last-position logits [U, V], and how
+    many prompt positions ran through the model and how many were taken from a shared or cached prefix."""
     pc = prefix_cache
     if pc is None or not pc.enabled:
-        caches, last = _prefill(model, prompts, device)
+        caches, last = _prefill(model, prompts, device, kv_dtype=kv_dtype)
         return caches, last, sum(map(len, prompts)), 0
     computed = reused = 0
     arrs = [as_tokens(p) for p in prompts]
@@ -165,7 +180,7 @@ def prefill_prompts(
             _best(pc.lookup(as_tokens(h), len(h) - 1), _kept_ancestor(tree, i, heads))
             for i, h in zip(todo, texts, strict=True)
         ]
-        kvs, _ = _prefill(model, texts, device, head_bases)
+        kvs, _ = _prefill(model, texts, device, head_bases, kv_dtype)
         computed += sum(len(h) - m for h, (_, m) in zip(texts, head_bases, strict=True))
         reused += sum(m for _, m in head_bases)
         for i, h, kv in zip(todo, texts, kvs, strict=True):
@@ -176,5 +191,5 @@ def prefill_prompts(
                     bases[u] = heads[i]
     computed += sum(len(p) - m for p, (_, m) in zip(prompts, bases, strict=True))
     reused += sum(m for _, m in bases)
-    caches, last = _prefill(model, prompts, device, bases)
+    caches, last = _prefill(model, prompts, device, bases, kv_dtype)
     return caches, last, computed, reused

@@ -49,6 +49,18 @@ class CacheEntry:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
 
 
+def owned(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`t` in `dtype` (None: its own) in storage of exactly its size. A slice of a batch's cache (one prompt's
+    rows of a prefill chunk) is a view that keeps the whole batch tensor alive, and `contiguous()` alone does
+    not copy a contiguous slice; whatever outlives the batch (the prompts' KV, the prefix cache's entries)
+    owns its memory instead."""
+    if dtype is not None and t.dtype != dtype:
+        return t.to(dtype, memory_format=torch.contiguous_format)  # a new tensor of exactly its size
+    if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size():
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the longest common prefix of two 1-D int arrays."""
     n = min(a.shape[0], b.shape[0])
@@ -145,9 +157,8 @@ class PrefixCache:
         if callable(kv):
             kv = kv()
         # Own, compact storage: the inputs may be views into a whole batch's cache.
-        dt = self.dtype
-        kv = [(k.to(dt), v.to(dt)) if dt is not None else (k, v) for k, v in kv]
-        self._entries[self._next_id] = CacheEntry(tokens.copy(), [(k.contiguous(), v.contiguous()) for k, v in kv])
+        kv = [(owned(k, self.dtype), owned(v, self.dtype)) for k, v in kv]
+        self._entries[self._next_id] = CacheEntry(tokens.copy(), kv)
         self._next_id += 1
         self.stats["stored"] += 1
         total = self.tokens

@@ -35,13 +35,13 @@ from typing import Any
 import torch
 
 from agentrft.algos import preference_loss
+from agentrft.memory import trim
 from agentrft.pairs import write_pairs
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError, TrainConfig
 from agentrft.train.loop import TrainResult
-from agentrft.train.memory import trim
 from agentrft.train.packing import MicroBatch
 from agentrft.train.preference_data import (
     PairTokens,

@@ -26,12 +26,12 @@ from typing import Any
 from agentrft.envs.base import Environment
 from agentrft.eval.harness import evaluate_async
 from agentrft.graders import Grader
+from agentrft.memory import trim
 from agentrft.samplers.base import SamplingParams, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.curriculum import task_source
 from agentrft.train.data import select_trajectories
-from agentrft.train.memory import trim
 from agentrft.train.metrics import eval_metrics
 from agentrft.train.pipeline import (
     InProcessPlayer,

@@ -23,11 +23,11 @@ import time
 
 from agentrft.envs.base import Environment
 from agentrft.graders import Grader
+from agentrft.memory import trim
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.store import Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.data import filter_trajectories
-from agentrft.train.memory import trim
 from agentrft.train.metrics import rollout_metrics
 from agentrft.train.records import learnable_records
 from agentrft.train.session import Session, StepFn

@@ -37,12 +37,12 @@ import torch
 
 from agentrft.algos.reward_model import bradley_terry_loss
 from agentrft.inputs import InputError
+from agentrft.memory import trim
 from agentrft.pairs import Pair, write_pairs
 from agentrft.samplers.chat_template import TokenizerRenderer
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.loop import TrainResult
-from agentrft.train.memory import trim
 from agentrft.train.packing import MicroBatch
 from agentrft.train.preference_data import (
     PairTokens,

@@ -16,8 +16,8 @@ the prefix's gradient is the sum of what each suffix sends back through its keys
 (samples that agree on a first turn past the common prefix) is not exploited: each suffix starts where the
 row's common prefix ends.
 
-The model runs with the attention implementation ``agentrft_sdpa`` (switched once, when the trainer is set up):
-SDPA, unchanged, unless the forward call carries ``agentrft_segments`` (then the layout above; the 4D
+The model runs with the attention implementation ``agentrft_sdpa`` (`samplers/attention.py`, switched once, when
+the trainer is set up): SDPA unless the forward call carries a `SegmentLayout` (then the layout above; the 4D
 ``attention_mask`` is a NaN placeholder, so attention that ignored the layout would produce NaN, not a silently
 wrong result). The layout travels as a forward keyword argument, so gradient checkpointing's recompute
 sees it too. Tuned for CPU, where SDPA with a boolean mask and grouped-query heads keeps its flash kernel; on CUDA
@@ -28,72 +28,38 @@ Shape legend: R rows, H query heads, K kv heads, L row length, D head dim, N suf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-NAME = "agentrft_sdpa"
-KWARG = "agentrft_segments"
-CONTEXT_KWARG = "agentrft_context"  # a `context_grad.ContextPass`: the stop-gradient context's two passes
+from agentrft.samplers.attention import LAYOUT_KWARG, NAME, use_agentrft_attention, uses_agentrft_attention
+
 # Per row: (prefix length P, [(start, end) columns of each sequence's suffix]).
 Segments = list[tuple[int, list[tuple[int, int]]]]
+use_segment_attention = use_agentrft_attention  # the trainer switches its policy once, at set-up
 
 
-def _attention(
-    module: Any,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[Tensor, None]:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+@dataclass(frozen=True)
+class SegmentLayout:
+    """A forward's segment layout, the `agentrft_sdpa` attention's ``agentrft_layout``: every layer's attention
+    runs `segmented_attention` (or, with ``context``, a `context_grad.ContextPass`'s two passes)."""
 
-    segments = kwargs.pop(KWARG, None)
-    context = kwargs.pop(CONTEXT_KWARG, None)
-    if segments is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
-        )
-    unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
-    if dropout or unsupported:
-        raise ValueError(
-            f"segmented attention computes plain causal attention; this model also needs {unsupported or ['dropout']}"
-        )
-    if context is not None:
-        return context.attend(module, query, key, value, segments, scaling), None
-    return segmented_attention(query, key, value, segments, scaling), None
+    segments: Segments
+    context: Any = None
 
-
-def use_segment_attention(model: Any) -> None:
-    """Register ``agentrft_sdpa`` with transformers (once) and switch ``model`` to it from plain SDPA. Without
-    ``agentrft_segments`` in a forward call it is SDPA, so the sampler and every other caller see no change."""
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
-    if NAME not in AttentionInterface._global_mapping:
-        AttentionInterface.register(NAME, _attention)
-        AttentionMaskInterface.register(NAME, sdpa_mask)
-    config = getattr(model, "config", None)
-    impl = getattr(config, "_attn_implementation", None)
-    if impl == NAME:
-        return
-    if impl != "sdpa":
-        raise ValueError(f"segmented shared-prefix attention needs a model on sdpa attention, not {impl!r}")
-    model.set_attn_implementation(NAME)
-    if getattr(config, "_attn_implementation", None) != NAME:  # transformers only warns when a model cannot switch
-        raise ValueError(f"{type(model).__name__} cannot take the {NAME} attention implementation (segment layout)")
+    def attend(self, module: Any, query: Tensor, key: Tensor, value: Tensor, scaling: float | None) -> Tensor:
+        if self.context is not None:
+            return self.context.attend(module, query, key, value, self.segments, scaling)
+        return segmented_attention(query, key, value, self.segments, scaling)
 
 
 def check_segment_attention(model: Any) -> None:
     """Refuse to run the segment layout on a model that was not switched (`use_segment_attention`): plain SDPA
     would ignore the layout."""
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if impl != NAME:
+    if not uses_agentrft_attention(model):
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         raise ValueError(
             f"the segment layout needs the model on the {NAME} attention implementation (use_segment_attention), "
             f"not {impl!r}"
@@ -149,7 +115,5 @@ def segment_forward(
     check_segment_attention(body)
     # 4D, so transformers passes it through as is; NaN, so attention that ignored the layout would say so
     placeholder = torch.full((input_ids.shape[0], 1, 1, 1), float("nan"), dtype=next(body.parameters()).dtype)
-    extra: dict[str, Any] = {KWARG: segments}
-    if context is not None:
-        extra[CONTEXT_KWARG] = context
-    return body(input_ids=input_ids, attention_mask=placeholder, position_ids=position_ids, **extra).last_hidden_state
+    layout = {LAYOUT_KWARG: SegmentLayout(segments, context)}
+    return body(input_ids=input_ids, attention_mask=placeholder, position_ids=position_ids, **layout).last_hidden_state

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrft.memory import peak_rss_mib
 from agentrft.precision import bf16_native, resolve
 from agentrft.store import Store
 from agentrft.train.checkpoint import TrainerState, export_policy, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrft.train.config import PolicyConfig, TrainConfig
-from agentrft.train.memory import peak_rss_mib
 from agentrft.train.metrics import MetricsLogger
 from agentrft.train.progress import StepProgress
 from agentrft.train.resume import CONFIG_NAME, check_resumed_config, close_run, open_run

@@ -29,11 +29,11 @@ from typing import Any
 import torch
 
 from agentrft.algos import aggregate, masked_mean, nll_loss
+from agentrft.memory import trim
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import Store
 from agentrft.train.config import OptimizerConfig, TrainConfig
-from agentrft.train.memory import trim
 from agentrft.train.packing import MicroBatch
 from agentrft.train.records import learnable_records
 from agentrft.train.session import Session, StepFn

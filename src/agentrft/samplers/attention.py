@@ -1,0 +1,115 @@
+"""The attention implementation ``agentrft_sdpa``: transformers' SDPA, with two additions that leave its results alone.
+
+* **Grouped-query heads folded into the query rows** when a call brings a mask shared by every head (the engine's
+  decode steps: a few queries per cache row, a ``[B, 1, Q, L]`` boolean mask): the R query heads that share a key /
+  value head become R x Q query rows of that one head, so SDPA walks each head's keys once for all of them instead
+  of once per query head. The same attention per query row (tested against SDPA with repeated heads); on the 2-core
+  CPU the flash kernel's per-row overhead dominates such calls, and folding cut one level-3 decode step's attention
+  1.8x at two slots per row and 4x at one (`benchmarks/long_episodes.py`). Transformers' own ``pack_gqa`` does this
+  for a single query only, and not when grouped-query SDPA is forced (`hf.enable_sdpa_gqa`).
+* **A layout** a caller hands a forward as the keyword ``agentrft_layout`` (anything with ``attend``): the trainer's
+  shared-prefix segment layout (`train/segment_attention.py`) computes the attention itself.
+
+Everything else goes to transformers' SDPA unchanged. `use_agentrft_attention` registers the implementation and
+switches a model from ``sdpa`` to it; the sampler does so for its model, the trainer for the policy it updates (the
+same model when they share it).
+
+Shape legend: B batch rows, H query heads, K kv heads, R = H / K, Q queries per row, L keys, D head dim.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+NAME = "agentrft_sdpa"
+LAYOUT_KWARG = "agentrft_layout"
+FOLD_MAX_QUERIES = 16  # decode steps; a prefill's queries attend causally through SDPA's own kernels
+
+
+class Layout(Protocol):
+    def attend(self, module: Any, query: Tensor, key: Tensor, value: Tensor, scaling: float | None) -> Tensor:
+        """Attention output (B, Q, H, D) for q (B, H, Q, D), k and v (B, K, L, D)."""
+        ...
+
+
+def folded_gqa_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor, scaling: float | None) -> Tensor:
+    """SDPA of q (B, H, Q, D) over k, v (B, K, L, D) under ``mask`` (B, 1, Q, L), with the R query heads of each
+    kv head as R x Q rows of one head; returns (B, Q, H, D). Query head h uses kv head h // R, as in
+    ``repeat_kv``, so head h = g R + j becomes row j Q + q of head g."""
+    b, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    r = heads // kv_heads
+    q = query.reshape(b, kv_heads, r * q_len, dim)
+    m = mask[:, :, None].expand(mask.shape[0], 1, r, q_len, mask.shape[-1]).reshape(mask.shape[0], 1, r * q_len, -1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scaling)
+    return out.reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
+
+
+def _foldable(module: Any, query: Tensor, key: Tensor, mask: Tensor | None, dropout: float, kwargs: dict) -> bool:
+    groups = getattr(module, "num_key_value_groups", 1)
+    return (
+        groups > 1
+        and query.shape[1] == key.shape[1] * groups
+        and query.shape[2] <= FOLD_MAX_QUERIES
+        and mask is not None
+        and mask.dim() == 4
+        and mask.shape[1] == 1
+        and not dropout
+        and all(kwargs.get(k) is None for k in ("sliding_window", "softcap", "s_aux", "position_bias"))
+    )
+
+
+def _attention(
+    module: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layout: Layout | None = kwargs.pop(LAYOUT_KWARG, None)
+    if layout is not None:
+        unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+        if dropout or unsupported:
+            raise ValueError(
+                f"the {type(layout).__name__} computes plain causal attention; "
+                f"this model also needs {unsupported or ['dropout']}"
+            )
+        return layout.attend(module, query, key, value, scaling), None
+    if attention_mask is not None and _foldable(module, query, key, attention_mask, dropout, kwargs):
+        return folded_gqa_attention(query, key, value, attention_mask, scaling), None
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+    )
+
+
+def use_agentrft_attention(model: Any) -> None:
+    """Register ``agentrft_sdpa`` with transformers (once) and switch ``model`` to it from plain SDPA (a model
+    already on it is left as it is). Refuses a model on any other implementation, and one that cannot switch."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    if NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(NAME, _attention)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+    config = getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl == NAME:
+        return
+    if impl != "sdpa":
+        raise ValueError(f"the {NAME} attention implementation needs a model on sdpa attention, not {impl!r}")
+    model.set_attn_implementation(NAME)
+    if getattr(config, "_attn_implementation", None) != NAME:  # transformers only warns when a model cannot switch
+        raise ValueError(f"{type(model).__name__} cannot take the {NAME} attention implementation")
+
+
+def uses_agentrft_attention(model: Any) -> bool:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
