@@ -3,7 +3,9 @@
 The sampler's engine thread and the trainer's main thread allocate from different glibc
 arenas. Memory one phase frees (the KV caches of a rollout) stays mapped in its arena
 and cannot serve the other thread's allocations, so without a trim the resident set is
-the *sum* of the phases' peaks instead of their maximum. `trim()` costs ~1 ms.
+the *sum* of the phases' peaks instead of their maximum. The sampler's engine also trims around each
+admission (`samplers/hf.py`), where it rebuilds its KV cache at a new size. `trim()` costs ~1 ms on a
+small heap, ~15 ms on the engine's multi-GB one (64 level-3 episodes: 4 s over ~290 calls).
 """
 
 from __future__ import annotations
