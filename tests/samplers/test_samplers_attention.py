@@ -103,3 +103,25 @@ def test_the_engine_decodes_through_folded_heads(monkeypatch: pytest.MonkeyPatch
     for a, b in zip(got, want, strict=True):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+
+
+def test_a_model_that_cannot_switch_samples_on_plain_sdpa() -> None:
+    """Some classes (Falcon, remote code) cannot take a registered attention implementation: the sampler keeps them
+    on SDPA instead of refusing them."""
+    from transformers import LlamaForCausalLM
+
+    class Fixed(LlamaForCausalLM):
+        @classmethod
+        def _can_set_attn_implementation(cls) -> bool:
+            return False
+
+    tiny, tok = tiny_model_and_tokenizer(seed=0)
+    model = Fixed(tiny.config).eval()
+    assert model.config._attn_implementation == "sdpa"
+    s = HFSampler(model, tok, "fixed", prefix_cache_tokens=0)
+    try:
+        prompt = s.render([{"role": "user", "content": "Hello"}])
+        out = asyncio.run(s.sample(SampleRequest(prompt, SamplingParams(temperature=0.0, max_tokens=3))))
+    finally:
+        s.close()
+    assert model.config._attn_implementation == "sdpa" and len(out.token_ids) >= 1

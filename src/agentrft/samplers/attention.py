@@ -48,11 +48,15 @@ def folded_gqa_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor
     return out.reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
-def _foldable(module: Any, query: Tensor, key: Tensor, mask: Tensor | None, dropout: float, kwargs: dict) -> bool:
+def _foldable(
+    module: Any, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout: float, kwargs: dict
+) -> bool:
     groups = getattr(module, "num_key_value_groups", 1)
     return (
         groups > 1
         and query.shape[1] == key.shape[1] * groups
+        and query.shape[0] == key.shape[0]
+        and query.shape[-1] == value.shape[-1]
         and query.shape[2] <= FOLD_MAX_QUERIES
         and mask is not None
         and mask.dim() == 4
@@ -84,7 +88,7 @@ def _attention(
                 f"this model also needs {unsupported or ['dropout']}"
             )
         return layout.attend(module, query, key, value, scaling), None
-    if attention_mask is not None and _foldable(module, query, key, attention_mask, dropout, kwargs):
+    if attention_mask is not None and _foldable(module, query, key, value, attention_mask, dropout, kwargs):
         return folded_gqa_attention(query, key, value, attention_mask, scaling), None
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs

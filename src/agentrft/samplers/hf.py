@@ -293,11 +293,11 @@ class HFSampler(InProcessPolicy):
                     ]
                     before = (batch.prefills, batch.prefill_tokens, batch.reused_tokens)
                     kv_before = (batch.kv_positions, batch.kv_used_positions)
+                    self.stats["trim_s"] += _trim_heap()
                     t_admit = time.perf_counter()
-                    self.stats["trim_s"] += _trim_heap()
                     batch.admit([p.request for p in admit], rows)
-                    self.stats["trim_s"] += _trim_heap()
                     self.stats["prefill_s"] += time.perf_counter() - t_admit
+                    self.stats["trim_s"] += _trim_heap()
                     self.stats["prefill_tokens"] += batch.prefill_tokens - before[1]
                     self.stats["reused_tokens"] += batch.reused_tokens - before[2]
                     self.stats["admissions"] += 1
@@ -400,11 +400,15 @@ def _trim_heap() -> float:
 def use_folded_gqa(model: Any) -> None:
     """Put a model on plain SDPA onto ``agentrft_sdpa`` (`samplers/attention.py`), which folds grouped-query heads
     into the query rows of decode steps: the same attention, a fraction of the flash kernel's per-head overhead.
-    Other implementations (eager, a user's choice) are left alone; a LoRA wrapper's base model is switched."""
+    Other implementations (eager, a user's choice) and model classes that cannot take a registered implementation
+    stay as they are; a LoRA wrapper's base model is switched."""
     from agentrft.samplers.attention import use_agentrft_attention
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(getattr(base, "config", None), "_attn_implementation", None) == "sdpa":
+    if getattr(getattr(base, "config", None), "_attn_implementation", None) != "sdpa":
+        return
+    can_switch = getattr(type(base), "_can_set_attn_implementation", None)  # False: e.g. Falcon, remote code
+    if can_switch is None or can_switch():
         use_agentrft_attention(base)
 
 

@@ -262,7 +262,7 @@ class RunningBatch:
         layers = []
         while prompt_kv:
             kv_u, old_layer = prompt_kv.pop(0), old.pop(0) if old else None
-            like = kv_u[0][0]
+            like, prev = kv_u[0][0], None
             bufs = []
             for which in (0, 1):
                 shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
@@ -275,7 +275,7 @@ class RunningBatch:
                 for c, u in enumerate(row_prompt):
                     buf[rows0 + c, :, length - lengths[u] : length] = kv_u[u][which][0]
                 bufs.append(buf)
-            del kv_u, old_layer
+            del kv_u, old_layer, prev, like
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
         self.cache = cache_of(layers)
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)

@@ -149,13 +149,13 @@ def tiny_model_and_tokenizer(seed: int = 0, hidden_size: int = 64, num_layers: i
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    # Untied output head (SmolLM2 ties it): a random tied head mostly predicts the
-    # input token again, so greedy text would be one token repeated. A wider head
-    # also keeps greedy choices clear of float-rounding ties.
-    with torch.no_grad():
+        # Untied output head (SmolLM2 ties it): a random tied head mostly predicts the
+        # input token again, so greedy text would be one token repeated. A wider head
+        # also keeps greedy choices clear of float-rounding ties. Drawn from the seeded
+        # generator too, so the same seed is the same model in every process.
         model.get_output_embeddings().weight.normal_(0.0, 0.2)
     model.config.name_or_path = f"tiny-seed{seed}"
     return model.float().eval(), tok

@@ -42,7 +42,8 @@ from agentrft.train.segment_attention import Segments, segment_forward, segmente
 
 @dataclass
 class ContextPass:
-    """What the attention function needs for either pass (passed as the forward keyword ``agentrft_context``)."""
+    """What the attention function needs for either pass (it travels in the forward's
+    `segment_attention.SegmentLayout`)."""
 
     recorded: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # id(attention module) -> (k, v)
     cols: Tensor | None = None  # (R, G) gradient pass: each gradient token's column, L for padding
