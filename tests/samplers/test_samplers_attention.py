@@ -93,7 +93,7 @@ def test_the_engine_decodes_through_folded_heads(monkeypatch: pytest.MonkeyPatch
     finally:
         s.close()
     assert calls  # decode steps attended through the folded path
-    monkeypatch.setattr(attention, "use_agentrft_attention", lambda m: None)  # the reference stays on plain SDPA
+    monkeypatch.setattr(attention, "use_agentrft_attention", lambda m, **kw: False)  # the reference: plain SDPA
     ref_sampler = HFSampler(plain_model, tok, "tiny", prefix_cache_tokens=0)
     try:
         want = asyncio.run(go(ref_sampler))
@@ -125,3 +125,5 @@ def test_a_model_that_cannot_switch_samples_on_plain_sdpa() -> None:
     finally:
         s.close()
     assert model.config._attn_implementation == "sdpa" and len(out.token_ids) >= 1
+    with pytest.raises(ValueError, match="a model class that can switch"):  # the trainer's segment layout needs it
+        use_agentrft_attention(model)

@@ -27,6 +27,8 @@ from torch import Tensor
 NAME = "agentrft_sdpa"
 LAYOUT_KWARG = "agentrft_layout"
 FOLD_MAX_QUERIES = 16  # decode steps; a prefill's queries attend causally through SDPA's own kernels
+# attention features neither the fold nor a layout computes: such a call goes to SDPA (the fold) or is refused
+_NOT_PLAIN = ("sliding_window", "softcap", "s_aux")
 
 
 class Layout(Protocol):
@@ -62,7 +64,7 @@ def _foldable(
         and mask.dim() == 4
         and mask.shape[1] == 1
         and not dropout
-        and all(kwargs.get(k) is None for k in ("sliding_window", "softcap", "s_aux", "position_bias"))
+        and all(kwargs.get(k) is None for k in (*_NOT_PLAIN, "position_bias"))
     )
 
 
@@ -81,7 +83,7 @@ def _attention(
 
     layout: Layout | None = kwargs.pop(LAYOUT_KWARG, None)
     if layout is not None:
-        unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+        unsupported = [k for k in _NOT_PLAIN if kwargs.get(k) is not None]
         if dropout or unsupported:
             raise ValueError(
                 f"the {type(layout).__name__} computes plain causal attention; "
@@ -95,9 +97,11 @@ def _attention(
     )
 
 
-def use_agentrft_attention(model: Any) -> None:
+def use_agentrft_attention(model: Any, required: bool = True) -> bool:
     """Register ``agentrft_sdpa`` with transformers (once) and switch ``model`` to it from plain SDPA (a model
-    already on it is left as it is). Refuses a model on any other implementation, and one that cannot switch."""
+    already on it is left as it is); returns whether the model is on it. A model on another implementation, or of
+    a class that cannot take a registered one (Falcon, remote code), is refused, or with ``required=False`` left
+    as it is (the sampler: the fold is a speed-up; the trainer's segment layout needs it)."""
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
@@ -107,12 +111,17 @@ def use_agentrft_attention(model: Any) -> None:
     config = getattr(model, "config", None)
     impl = getattr(config, "_attn_implementation", None)
     if impl == NAME:
-        return
-    if impl != "sdpa":
-        raise ValueError(f"the {NAME} attention implementation needs a model on sdpa attention, not {impl!r}")
+        return True
+    can_switch = getattr(type(model), "_can_set_attn_implementation", None)
+    if impl != "sdpa" or (can_switch is not None and not can_switch()):
+        if not required:
+            return False
+        why = f"a model on sdpa attention, not {impl!r}" if impl != "sdpa" else "a model class that can switch"
+        raise ValueError(f"the {NAME} attention implementation needs {why} ({type(model).__name__})")
     model.set_attn_implementation(NAME)
     if getattr(config, "_attn_implementation", None) != NAME:  # transformers only warns when a model cannot switch
         raise ValueError(f"{type(model).__name__} cannot take the {NAME} attention implementation")
+    return True
 
 
 def uses_agentrft_attention(model: Any) -> bool:

@@ -110,7 +110,11 @@ class HFSampler(InProcessPolicy):
             raise ValueError(f"max_kv_positions must be >= 1 (or None: unbounded), got {max_kv_positions}")
         enable_sdpa_gqa()
         super().__init__(model, tokenizer, policy, device=device, dtype=dtype, policy_version=policy_version)
-        use_folded_gqa(model)
+        # decode steps fold grouped-query heads into query rows (`samplers/attention.py`); a LoRA wrapper's base
+        # model is the one switched; a model that cannot switch samples on plain SDPA
+        from agentrft.samplers.attention import use_agentrft_attention
+
+        use_agentrft_attention(model.get_base_model() if hasattr(model, "get_base_model") else model, required=False)
         self.max_batch_size = max_batch_size
         # Bound on the batch's KV cache (cache rows x length, padding included; see RunningBatch.positions_with):
         # long episodes admitted together all pad to the longest, and 32 rows of 8k positions are 12 GB in fp32.
@@ -395,21 +399,6 @@ def _trim_heap() -> float:
     t0 = time.perf_counter()
     trim()
     return time.perf_counter() - t0
-
-
-def use_folded_gqa(model: Any) -> None:
-    """Put a model on plain SDPA onto ``agentrft_sdpa`` (`samplers/attention.py`), which folds grouped-query heads
-    into the query rows of decode steps: the same attention, a fraction of the flash kernel's per-head overhead.
-    Other implementations (eager, a user's choice) and model classes that cannot take a registered implementation
-    stay as they are; a LoRA wrapper's base model is switched."""
-    from agentrft.samplers.attention import use_agentrft_attention
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(getattr(base, "config", None), "_attn_implementation", None) != "sdpa":
-        return
-    can_switch = getattr(type(base), "_can_set_attn_implementation", None)  # False: e.g. Falcon, remote code
-    if can_switch is None or can_switch():
-        use_agentrft_attention(base)
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:

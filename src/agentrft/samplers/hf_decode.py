@@ -262,20 +262,19 @@ class RunningBatch:
         layers = []
         while prompt_kv:
             kv_u, old_layer = prompt_kv.pop(0), old.pop(0) if old else None
-            like, prev = kv_u[0][0], None
+            like = kv_u[0][0]
             bufs = []
             for which in (0, 1):
                 shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf = like.new_empty(shape, dtype=self.kv_dtype or like.dtype)
                 buf[:, :, :length].zero_()  # padding must be finite: masked weights are 0, and 0 * NaN is NaN
                 if old_layer is not None:
-                    prev = old_layer.values if which else old_layer.keys
                     for j, c in enumerate(old_rows):  # row by row: no temporary copy of the cache
-                        buf[j, :, length - len0 : length] = prev[c]
+                        buf[j, :, length - len0 : length] = (old_layer.values if which else old_layer.keys)[c]
                 for c, u in enumerate(row_prompt):
                     buf[rows0 + c, :, length - lengths[u] : length] = kv_u[u][which][0]
                 bufs.append(buf)
-            del kv_u, old_layer, prev, like
+            del kv_u, old_layer, like
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
         self.cache = cache_of(layers)
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
