@@ -319,4 +319,6 @@ def test_prefill_kv_owns_its_memory_in_the_cache_dtype(model_tok) -> None:
         for (ka, va), (kb, vb) in zip(a, b, strict=True):
             assert _owns(ka) and _owns(va) and _owns(kb) and _owns(vb)
             assert kb.dtype == vb.dtype == torch.bfloat16 and kb.shape == ka.shape == (1, 2, len(p), 16)
-            assert torch.equal(kb, ka.to(torch.bfloat16)) and torch.equal(vb, va.to(torch.bfloat16))
+            # two runs of the same forward: equal up to one bf16 rounding step should a kernel reorder a sum
+            for got, want in ((kb, ka), (vb, va)):
+                assert torch.allclose(got.float(), want.to(torch.bfloat16).float(), rtol=2**-7, atol=1e-6)
