@@ -1,7 +1,8 @@
 """Long multi-turn episodes: a finqa-lite level-3 eval through the HF engine.
 
     .venv/bin/python benchmarks/long_episodes.py [--level 3] [--tasks 32] [--samples 2] [--policy smollm2-135m]
-        [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0] (HFSampler options)
+        [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0] [--set frozen=0]
+        (HFSampler options)
 
 Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's
 prefilled vs reused (shared or cached) prompt tokens, the share of the batch KV
@@ -85,7 +86,8 @@ def main() -> None:
     peak_fp32 = matmul_gflops(torch.float32)
     env = make_env(f"finqa-lite:{args.level}")
     t_load = time.perf_counter()
-    sampler = load_trainable_policy(args.policy, seed=0, **parse_sets(args.sets))  # HFSampler options
+    # HFSampler options; frozen, as `agentrft eval` builds it (`--set frozen=0`: with fp32 masters, as in training)
+    sampler = load_trainable_policy(args.policy, seed=0, **{"frozen": True, **parse_sets(args.sets)})
     load_s = time.perf_counter() - t_load
     params_n = sum(p.numel() for p in sampler.model.parameters())
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,6 +138,7 @@ def main() -> None:
         # the bound of the format the engine computes in: on a CPU without native bf16 (agentrft.precision)
         # the bf16 rate is an emulation's, below fp32's, so the bf16 fraction alone flatters an fp32 engine
         "engine_precision": sampler.precision,
+        "frozen": sampler.frozen,
         "fraction_of_engine_bound": round(achieved / (peak_bf16 if sampler.precision == "bf16" else peak_fp32), 4),
         "prefix_cache": dict(sampler.prefix_cache.stats),
         "prefix_cache_mib_at_end": round(sampler.prefix_cache.nbytes / 2**20),  # with the batch KV: the engine's share

@@ -171,7 +171,10 @@ def eval_command(
             raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
         if precision != "fp32" and not is_in_process(policy):
             raise fail(f"--precision: applies to in-process policies only, not {policy!r}", 2)
-        kw = {"precision": precision} if precision != "fp32" else {}
+        # an eval trains nothing: an in-process engine stores its weights as it computes them (samplers/frozen.py)
+        kw: dict[str, Any] = {"frozen": True} if is_in_process(policy) else {}
+        if precision != "fp32":
+            kw["precision"] = precision
         sampler = load_policy(policy, env=environment, **kw)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         player = None if agent is None else _command_agent(agent, environment, sampler, params)

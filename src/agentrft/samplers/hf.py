@@ -97,6 +97,7 @@ class HFSampler(InProcessPolicy):
         prefix_min_tokens: int = 64,
         remember_turns: bool = True,
         precision: str = "fp32",
+        frozen: bool = False,
     ) -> None:
         import torch
 
@@ -115,6 +116,12 @@ class HFSampler(InProcessPolicy):
         from agentrft.samplers.attention import use_agentrft_attention
 
         use_agentrft_attention(model.get_base_model() if hasattr(model, "get_base_model") else model, required=False)
+        # an eval-only sampler (`agentrft eval`): under bf16 the linear weights are stored in bf16, no fp32 masters
+        self.frozen = frozen
+        if frozen and precision == "bf16":
+            from agentrft.samplers.frozen import store_in_compute_dtype
+
+            store_in_compute_dtype(self.model, torch.bfloat16)
         self.max_batch_size = max_batch_size
         # Bound on the batch's KV cache (cache rows x length, padding included; see RunningBatch.positions_with):
         # long episodes admitted together all pad to the longest, and 32 rows of 8k positions are 12 GB in fp32.
@@ -188,6 +195,8 @@ class HFSampler(InProcessPolicy):
 
     def weights_updated(self, version: int) -> None:
         """The weights changed: sample as `version` from now on, reusing no KV of older weights."""
+        if self.frozen:
+            raise RuntimeError("this sampler was built frozen (an eval's): its weights are not trained")
         super().weights_updated(version)
         self._weights_epoch += 1
 
