@@ -142,6 +142,9 @@ def main() -> None:
         "fraction_of_engine_bound": round(achieved / (peak_bf16 if sampler.precision == "bf16" else peak_fp32), 4),
         "prefix_cache": dict(sampler.prefix_cache.stats),
         "prefix_cache_mib_at_end": round(sampler.prefix_cache.nbytes / 2**20),  # with the batch KV: the engine's share
+        # distinct positions (a shared prefix counts once) and the cached sequences (token runs) they serve
+        "prefix_cache_positions_at_end": sampler.prefix_cache.tokens,
+        "prefix_cache_sequences_at_end": len(sampler.prefix_cache),
         "sets": args.sets,
     }
     print(json.dumps(out), flush=True)

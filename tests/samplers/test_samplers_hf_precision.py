@@ -98,7 +98,7 @@ def test_the_bf16_sampler_runs_and_leaves_no_autocast_behind() -> None:
         assert all(len(r.token_ids) == len(r.logprobs) > 0 for r in results)
         assert all(lp <= 0.0 for r in results for lp in r.logprobs)
         # the prefix cache keeps bf16 KV in a bf16 sampler
-        assert all(k.dtype == torch.bfloat16 for e in s.prefix_cache._entries.values() for k, _ in e.kv)
+        assert all(t.dtype == torch.bfloat16 for t in s.prefix_cache.tensors())
         # autocast is the engine thread's, and only while a batch runs
         assert not torch.is_autocast_enabled("cpu")
         with torch.no_grad():

@@ -169,21 +169,78 @@ def test_memory_bound_and_lru(model_tok) -> None:
         ps = [s.render([{"role": "system", "content": sysmsg}, {"role": "user", "content": q}]) for q in QUESTIONS[:2]]
         run(_gather(s, [SampleRequest(p, GREEDY) for p in ps]))
         assert s.prefix_cache.tokens <= 120
-    entry_len = s.prefix_cache.tokens // len(s.prefix_cache)
-    assert len(s.prefix_cache) == 120 // entry_len < 3 and s.prefix_cache.stats["evicted"] >= 1
+    assert s.prefix_cache.stats["evicted"] >= 1 and len(s.prefix_cache) < 3  # three system prompts do not fit
     layers, kv_heads, head_dim = 2, 2, 16
     assert s.prefix_cache.nbytes == s.prefix_cache.tokens * layers * 2 * kv_heads * head_dim * 4
-    # the newest entry is kept; a prefix longer than the whole budget is never stored
+    # hand-checked: a longer sequence extends its prefix, the least recently used leaf goes first, then its
+    # parent once it is a leaf; a sequence longer than the whole budget is never stored
     pc = PrefixCache(max_tokens=10, min_tokens=2)
-    kv = [(torch.zeros(1, 1, 11, 2), torch.zeros(1, 1, 11, 2))]
+    kv = [(torch.arange(11.0).view(1, 1, 11, 1).expand(1, 1, 11, 2).contiguous(), torch.zeros(1, 1, 11, 2))]
     assert not pc.add(np.arange(11), kv) and pc.tokens == 0
     assert pc.add(np.arange(4), [(k[:, :, :4], v[:, :, :4]) for k, v in kv])
-    assert pc.add(np.arange(6), [(k[:, :, :6], v[:, :, :6]) for k, v in kv]) and pc.tokens == 6  # replaced
-    assert not pc.add(np.arange(5), kv)  # covered by the 6-token entry
+    assert pc.add(np.arange(6), [(k[:, :, :6], v[:, :, :6]) for k, v in kv]) and pc.tokens == 6  # 2 more stored
+    assert len(pc) == 1 and not pc.add(np.arange(5), kv)  # covered by the 6-token sequence
     assert pc.add(np.arange(100, 105), [(k[:, :, :5], v[:, :, :5]) for k, v in kv])
-    assert pc.tokens == 5 and pc.lookup(np.arange(6), 6)[1] == 0  # the older entry was evicted
+    assert pc.tokens == 9 and pc.stats["evicted"] == 1  # positions 4-5 went; 0-3 stay
+    got, m = pc.lookup(np.arange(6), 6)
+    assert m == 4 and got is not None and got.materialize()[0][0][0, 0, :, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
     got, m = pc.lookup(np.array([100, 101, 102, 7]), 3)
-    assert m == 3 and got is not None and got[0][0].shape == (1, 1, 3, 2)
+    assert m == 3 and got is not None and got.materialize()[0][0].shape == (1, 1, 3, 2)
+    assert pc.add(np.arange(200, 203), [(k[:, :, :3], v[:, :, :3]) for k, v in kv])  # 12 > 10: 0-3 (LRU) go
+    assert pc.tokens == 8 and pc.lookup(np.arange(6), 6)[1] == 0 and pc.stats["evicted"] == 2
+
+
+def test_the_tree_stores_a_shared_prefix_once() -> None:
+    """Three sequences that share a 6-token prefix, two of them 9 tokens: each position is stored once, every
+    lookup returns exactly the KV it was given, node by node."""
+    g = torch.Generator().manual_seed(0)
+    pc = PrefixCache(max_tokens=100, min_tokens=3)
+    seqs = [
+        np.array([1, 2, 3, 4, 5, 6, 7, 8]),
+        np.array([1, 2, 3, 4, 5, 6, 9, 9, 9]),
+        np.array([1, 2, 3, 4, 5, 6, 7, 8, 5]),
+    ]
+    kvs = {}
+    full = [(torch.randn(1, 2, 9, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g)) for _ in range(3)]
+    for seq in seqs:
+        kv = [(k[:, :, : len(seq)], v[:, :, : len(seq)]) for k, v in full]
+        kvs[tuple(seq)] = kv
+        assert pc.add(seq, kv)
+    # 8, then 3 past the shared 6 (a split), then 1 past the first sequence's 8
+    assert pc.tokens == 8 + 3 + 1 and pc.stats["split"] == 1 and pc.stats["stored"] == 3
+    assert len(pc) == 2 and sorted(len(t) for t in pc.sequences()) == [9, 9]
+    assert pc.nbytes == pc.tokens * 3 * 2 * (2 * 4) * 4
+    for seq in seqs:
+        got, m = pc.lookup(np.concatenate([seq, [42]]), len(seq))
+        assert m == len(seq) and got is not None
+        for (k, v), (wk, wv) in zip(got.materialize(), kvs[tuple(seq)], strict=True):
+            assert torch.equal(k, wk) and torch.equal(v, wv)  # copies of the stored values, not computed
+    got, m = pc.lookup(np.array([1, 2, 3, 4, 5, 6, 7, 0]), 8)  # leaves the 7-8 node part way
+    assert m == 7 and got is not None and [p[0][0].shape[2] for p in got.parts] == [6, 1]
+    assert all(_owns(t) for t in pc.tensors())  # a split copies both halves into their own storage
+    assert pc.lookup(np.array([1, 2, 9]), 3) == (None, 0)  # 2 < min_tokens
+
+
+def test_the_next_rounds_lookups_span_nodes_and_sample_as_uncached(model_tok) -> None:
+    """Turns cached on top of a shared system prompt: a later prompt's base runs across tree nodes, and the
+    samples match the uncached path's."""
+    s = make(model_tok, remember_turns=True)
+    plain = make(model_tok, prefix_cache_tokens=0)
+    firsts = prompts(s, QUESTIONS[:2])
+    replies = run(_gather(s, [SampleRequest(p, GREEDY) for p in firsts]))
+    turns = [np.array(p + r.token_ids[:-1]) for p, r in zip(firsts, replies, strict=True)]
+    shared = common_prefix_len(*turns)
+    assert len(s.prefix_cache) == 2  # the shared prefix node, each finished turn a child of it
+    assert s.prefix_cache.tokens == shared + sum(len(t) - shared for t in turns)
+    tool = s.tokenizer.encode(" The calculator says 42.", add_special_tokens=False)
+    seconds = [p + r.token_ids + tool for p, r in zip(firsts, replies, strict=True)]
+    before = s.stats["reused_tokens"]
+    got = run(_gather(s, [SampleRequest(p, GREEDY) for p in seconds]))
+    assert s.stats["reused_tokens"] - before == sum(
+        len(p) + len(r.token_ids) - 1 for p, r in zip(firsts, replies, strict=True)
+    )
+    for p, g in zip(seconds, got, strict=True):
+        assert_same(run(plain.sample(SampleRequest(p, GREEDY))), g)
 
 
 def test_disabled_cache_takes_the_plain_path(model_tok) -> None:
@@ -234,8 +291,9 @@ def test_nested_shared_prefixes_in_one_round(model_tok) -> None:
         assert_same(run(plain.sample(r)), g)
     root = min(common_prefix_len(np.array(ps[0]), np.array(p)) for p in ps)
     kids = [common_prefix_len(np.array(ps[0]), np.array(ps[1])), common_prefix_len(np.array(ps[2]), np.array(ps[3]))]
-    assert cached.prefix_cache.stats["stored"] == 3  # root, then both children (which replace it)
-    assert sorted(len(e) for e in cached.prefix_cache._entries.values()) == sorted(kids)
+    assert cached.prefix_cache.stats["stored"] == 3  # root, then both children (which extend it)
+    assert sorted(len(t) for t in cached.prefix_cache.sequences()) == sorted(kids)
+    assert cached.prefix_cache.tokens == root + sum(k - root for k in kids)  # the root's positions once
     # the root once, each child on top of it once, then every prompt's own suffix
     assert cached.stats["prefill_tokens"] == root + sum(k - root for k in kids) + sum(
         len(p) - kids[i // 2] for i, p in enumerate(ps)
@@ -298,8 +356,7 @@ def test_prefix_cache_entries_own_their_memory() -> None:
     pc = PrefixCache(max_tokens=1000, min_tokens=8)
     tokens = np.arange(70)
     assert pc.add(tokens, [(k[2:3], v[2:3]) for k, v in batch])  # the last row of a batch's cache
-    ((kv, _),) = [(e.kv, e) for e in pc._entries.values()]
-    assert all(_owns(k) and _owns(v) for k, v in kv)
+    assert len(list(pc.tensors())) == 4 and all(_owns(t) for t in pc.tensors())
     assert pc.nbytes == 2 * 2 * (2 * 70 * 4) * 4
 
 

@@ -29,7 +29,8 @@ carries after it. Identical prompts in flight together are prefilled once,
 whatever their `group_key`, and decode from one stored copy of their KV (see
 `hf_decode`, "Layout"); prompts admitted together that share a long token
 prefix (the environment's system prompt and examples, a group's question) have
-that prefix prefilled once, and it stays in a small LRU prefix KV cache
+that prefix prefilled once, and it stays in an LRU prefix KV cache (a radix tree:
+each shared position stored once)
 (`prefix_cache_tokens` positions; 0 turns it off) that later admissions and
 later turns reuse; a finished request's prompt and reply go there too, so an
 episode's next turn prefills only what was appended (see `prefix_cache`). The cache holds KV of the current weights only: `weights_updated`

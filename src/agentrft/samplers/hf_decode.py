@@ -320,9 +320,11 @@ class RunningBatch:
                 continue
             pc.add(as_tokens(tokens), functools.partial(self._row_kv, c, cols))  # gathered only if stored
 
-    def _row_kv(self, c: int, cols: torch.Tensor) -> KV:
-        """Cache row c's KV at columns `cols`, per layer [1, H, len(cols), D] (a copy)."""
-        return [(la.keys[c : c + 1, :, cols], la.values[c : c + 1, :, cols]) for la in self.cache.layers]
+    def _row_kv(self, c: int, cols: torch.Tensor, start: int = 0) -> KV:
+        """Cache row c's KV at columns `cols[start:]` (the positions the prefix cache does not hold yet), per
+        layer [1, H, len(cols) - start, D] (a copy)."""
+        at = cols[start:]
+        return [(la.keys[c : c + 1, :, at], la.values[c : c + 1, :, at]) for la in self.cache.layers]
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""

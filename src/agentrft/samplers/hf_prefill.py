@@ -11,7 +11,18 @@ from typing import Any
 
 import torch
 
-from agentrft.samplers.prefix_cache import KV, PrefixCache, SharedPrefix, as_tokens, owned, shared_prefixes
+from agentrft.samplers.prefix_cache import (
+    KV,
+    PrefixCache,
+    PrefixKV,
+    SharedPrefix,
+    as_prefix,
+    as_tokens,
+    owned,
+    shared_prefixes,
+)
+
+Base = tuple[KV | PrefixKV | None, int]  # a prompt's computed first m positions (plain KV or the cache's parts), m
 
 
 def cache_kw(model: Any) -> str:
@@ -46,13 +57,13 @@ def _prefill(
     model: Any,
     prompts: list[list[int]],
     device: torch.device,
-    bases: list[tuple[KV | None, int]] | None = None,
+    bases: list[Base] | None = None,
     kv_dtype: torch.dtype | None = None,
 ) -> tuple[list[KV], torch.Tensor]:
     """Prefill the prompts in length-bucketed, left-padded chunks.
 
-    `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens,
-    already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
+    `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens (or a cached
+    `PrefixKV` of them), already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
     through the model. Returns per-prompt per-layer (k, v) of shape [1,H,P,D]
     (padding cut off), each in its own storage and in `kv_dtype` (None: as the layers
     made them; under bf16 autocast the rotated keys come out fp32), and the
@@ -86,15 +97,17 @@ def _prefill(
             # hides both pads. A chunk sharing one base (a group's prefix) expands it, no copy.
             first = bases[chunk[0]][0]
             if first is not None and all(bases[u][0] is first for u in chunk):
-                past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in first]
+                shared = as_prefix(first).materialize()
+                past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in shared]
             else:
-                like = next(kv for kv, _ in (bases[u] for u in chunk) if kv is not None)
+                rows = [None if bases[u][0] is None else as_prefix(bases[u][0]) for u in chunk]  # type: ignore[arg-type]
+                like = next(r for r in rows if r is not None)
                 past = [
                     (
-                        torch.cat([_left_pad_base(bases[u][0], like, layer, 0, m_max) for u in chunk]),
-                        torch.cat([_left_pad_base(bases[u][0], like, layer, 1, m_max) for u in chunk]),
+                        torch.cat([_left_pad_base(r, like, layer, 0, m_max) for r in rows]),
+                        torch.cat([_left_pad_base(r, like, layer, 1, m_max) for r in rows]),
                     )
-                    for layer in range(len(like))
+                    for layer in range(len(like.parts[0]))
                 ]
             kwargs[cache_kw(model)] = DynamicCache(ddp_cache_data=past)
         out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
@@ -120,7 +133,7 @@ def _by_depth(tree: list[SharedPrefix]) -> list[list[int]]:
     return [[i for i, d in enumerate(depth) if d == level] for level in range(max(depth, default=-1) + 1)]
 
 
-def _kept_ancestor(tree: list[SharedPrefix], i: int, heads: dict[int, tuple[KV, int]]) -> tuple[KV | None, int]:
+def _kept_ancestor(tree: list[SharedPrefix], i: int, heads: dict[int, tuple[KV, int]]) -> Base:
     """The KV of node i's nearest ancestor that was prefilled this round, if any."""
     parent = tree[i].parent
     while parent is not None and parent not in heads:
@@ -128,18 +141,19 @@ def _kept_ancestor(tree: list[SharedPrefix], i: int, heads: dict[int, tuple[KV, 
     return heads[parent] if parent is not None else (None, 0)
 
 
-def _best(a: tuple[KV | None, int], b: tuple[KV | None, int]) -> tuple[KV | None, int]:
+def _best(a: Base, b: Base) -> Base:
     return a if a[1] >= b[1] else b
 
 
-def _left_pad_base(kv: KV | None, like: KV, layer: int, which: int, length: int) -> torch.Tensor:
-    """A base's layer keys (which=0) or values (1), left-padded with zeros to `length` positions;
-    all zeros for a row without a base (`like` gives the shape)."""
-    if kv is None:
-        ref = like[layer][which]
+def _left_pad_base(base: PrefixKV | None, like: PrefixKV, layer: int, which: int, length: int) -> torch.Tensor:
+    """A base's layer keys (which=0) or values (1), left-padded with zeros to `length` positions (one copy
+    of its parts); all zeros for a row without a base (`like` gives the shape)."""
+    ref = like.parts[0][layer][which]
+    if base is None:
         return ref.new_zeros(1, ref.shape[1], length, ref.shape[3])
-    t = kv[layer][which]
-    return torch.nn.functional.pad(t, (0, 0, length - t.shape[2], 0))
+    parts = base.segments(layer, which)
+    pad = length - base.length
+    return torch.cat([ref.new_zeros(1, ref.shape[1], pad, ref.shape[3]), *parts] if pad else parts, dim=2)
 
 
 def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> torch.Tensor:
@@ -165,7 +179,7 @@ def prefill_prompts(
         return caches, last, sum(map(len, prompts)), 0
     computed = reused = 0
     arrs = [as_tokens(p) for p in prompts]
-    bases = [pc.lookup(a, len(a) - 1) for a in arrs]
+    bases: list[Base] = [pc.lookup(a, len(a) - 1) for a in arrs]
     # Prefixes shared within this round that reach beyond what the cache gives: prefill each
     # once, on top of its parent's or a cached prefix, remember it, and use it for its members.
     # Prefixes are visited parents first; each prompt ends with the deepest one it belongs to.
