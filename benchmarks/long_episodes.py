@@ -87,7 +87,10 @@ def main() -> None:
     env = make_env(f"finqa-lite:{args.level}")
     t_load = time.perf_counter()
     # HFSampler options; frozen, as `agentrft eval` builds it (`--set frozen=0`: with fp32 masters, as in training)
-    sampler = load_trainable_policy(args.policy, seed=0, **{"frozen": True, **parse_sets(args.sets)})
+    options = parse_sets(args.sets)
+    if options.get("sampler", "engine") == "engine":
+        options = {"frozen": True, **options}
+    sampler = load_trainable_policy(args.policy, seed=0, **options)
     load_s = time.perf_counter() - t_load
     params_n = sum(p.numel() for p in sampler.model.parameters())
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,7 +141,7 @@ def main() -> None:
         # the bound of the format the engine computes in: on a CPU without native bf16 (agentrft.precision)
         # the bf16 rate is an emulation's, below fp32's, so the bf16 fraction alone flatters an fp32 engine
         "engine_precision": sampler.precision,
-        "frozen": sampler.frozen,
+        "frozen": getattr(sampler, "frozen", False),
         "fraction_of_engine_bound": round(achieved / (peak_bf16 if sampler.precision == "bf16" else peak_fp32), 4),
         "prefix_cache": dict(sampler.prefix_cache.stats),
         "prefix_cache_mib_at_end": round(sampler.prefix_cache.nbytes / 2**20),  # with the batch KV: the engine's share

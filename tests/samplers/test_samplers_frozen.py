@@ -81,6 +81,8 @@ def test_a_frozen_bf16_engine_samples_as_the_trainable_one_and_refuses_updates()
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
     with pytest.raises(RuntimeError, match="frozen"):
         frozen.weights_updated(1)
+    with pytest.raises(RuntimeError, match="frozen"), frozen.paused():  # a trainer's entry: refused before any write
+        pass
 
 
 def test_a_frozen_fp32_engine_keeps_its_weights() -> None:

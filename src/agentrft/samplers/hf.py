@@ -185,7 +185,10 @@ class HFSampler(InProcessPolicy):
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold new requests back, let in-flight ones finish, and give the caller the model alone.
-        The prefix cache's memory is freed on entry (the caller is about to need it)."""
+        The prefix cache's memory is freed on entry (the caller is about to need it). A frozen sampler refuses:
+        its weights are stored as it computes them (bf16), so an update would be rounded and never trained."""
+        if self.frozen:
+            raise RuntimeError("this sampler was built frozen (an eval's): its weights are not trained")
         self._hold.set()
         try:
             with self._model_lock:  # the engine is between batches from here on
