@@ -14,7 +14,6 @@ process's resident memory (measured on SmolLM2-135M after one forward: 1,113 MiB
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 
@@ -38,5 +37,4 @@ def store_in_compute_dtype(model: Any, dtype: Any) -> int:
         for tensor in (*model.parameters(), *model.buffers()):
             if tensor.is_floating_point() and tensor.dtype != dtype:
                 tensor.data = tensor.data.clone()  # own storage: nothing keeps the checkpoint's map alive
-    gc.collect()
     return cast

@@ -187,8 +187,7 @@ class HFSampler(InProcessPolicy):
         """Hold new requests back, let in-flight ones finish, and give the caller the model alone.
         The prefix cache's memory is freed on entry (the caller is about to need it). A frozen sampler refuses:
         its weights are stored as it computes them (bf16), so an update would be rounded and never trained."""
-        if self.frozen:
-            raise RuntimeError("this sampler was built frozen (an eval's): its weights are not trained")
+        self._refuse_if_frozen()
         self._hold.set()
         try:
             with self._model_lock:  # the engine is between batches from here on
@@ -197,10 +196,13 @@ class HFSampler(InProcessPolicy):
         finally:
             self._hold.clear()
 
-    def weights_updated(self, version: int) -> None:
-        """The weights changed: sample as `version` from now on, reusing no KV of older weights."""
+    def _refuse_if_frozen(self) -> None:
         if self.frozen:
             raise RuntimeError("this sampler was built frozen (an eval's): its weights are not trained")
+
+    def weights_updated(self, version: int) -> None:
+        """The weights changed: sample as `version` from now on, reusing no KV of older weights."""
+        self._refuse_if_frozen()
         super().weights_updated(version)
         self._weights_epoch += 1
 

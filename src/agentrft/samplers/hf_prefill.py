@@ -74,6 +74,7 @@ def _prefill(
 
     bases = bases or [(None, 0)] * len(prompts)
     base_lens = [m for _, m in bases]
+    prefixes = [None if kv is None else as_prefix(kv) for kv, _ in bases]
     lengths = [len(p) - m for p, m in zip(prompts, base_lens, strict=True)]  # what each prompt still prefills
     caches: list[Any] = [None] * len(prompts)
     last: list[Any] = [None] * len(prompts)
@@ -96,11 +97,14 @@ def _prefill(
             # Prefixes sit right-aligned before the suffixes: [pad | base | pad | suffix]; the mask
             # hides both pads. A chunk sharing one base (a group's prefix) expands it, no copy.
             first = bases[chunk[0]][0]
-            if first is not None and all(bases[u][0] is first for u in chunk):
-                shared = as_prefix(first).materialize()
-                past = [(k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1)) for k, v in shared]
+            shared = prefixes[chunk[0]]
+            if shared is not None and all(bases[u][0] is first for u in chunk):
+                past = [
+                    (k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1))
+                    for k, v in shared.materialize()
+                ]
             else:
-                rows = [None if bases[u][0] is None else as_prefix(bases[u][0]) for u in chunk]  # type: ignore[arg-type]
+                rows = [prefixes[u] for u in chunk]
                 like = next(r for r in rows if r is not None)
                 past = [
                     (

@@ -100,13 +100,12 @@ def as_prefix(kv: KV | PrefixKV) -> PrefixKV:
 
 @dataclass(eq=False)
 class _Node:
-    """A node of the cache's tree: the KV of positions `start .. start + len(tokens)` of every cached sequence
-    whose path runs through it (its tokens follow its parent's)."""
+    """A node of the cache's tree: the KV of the positions of `tokens` in every cached sequence whose path runs
+    through it (its tokens follow its ancestors')."""
 
     tokens: np.ndarray  # [t] int64
     kv: KV  # per layer [1, H, t, D], owned storage
     parent: _Node | None
-    start: int
     used: int = 0  # LRU clock of its last use
     children: dict[int, _Node] = field(default_factory=dict)  # by first token
 
@@ -130,7 +129,7 @@ class PrefixCache:
         self.max_tokens = max_tokens
         self.min_tokens = min_tokens
         self.remember_turns = remember_turns  # also keep each finished request's KV (the engine's next turns)
-        self._root = _Node(as_tokens([]), [], None, 0)
+        self._root = _Node(as_tokens([]), [], None)
         self._size = 0  # distinct cached positions
         self._clock = 0
         self._key: Hashable = None
@@ -228,11 +227,10 @@ class PrefixCache:
             node.tokens[:m].copy(),
             [(owned(k[:, :, :m]), owned(v[:, :, :m])) for k, v in node.kv],
             node.parent,
-            node.start,
             node.used,
         )
         node.kv = [(owned(k[:, :, m:]), owned(v[:, :, m:])) for k, v in node.kv]
-        node.tokens, node.start, node.parent = node.tokens[m:].copy(), node.start + m, upper
+        node.tokens, node.parent = node.tokens[m:].copy(), upper
         upper.children[int(node.tokens[0])] = node
         upper.parent.children[int(upper.tokens[0])] = upper  # type: ignore[union-attr]
         self.stats["split"] += 1
@@ -258,7 +256,7 @@ class PrefixCache:
         # Own, compact storage: the inputs may be views into a whole batch's cache.
         stored = [(owned(k, self.dtype), owned(v, self.dtype)) for k, v in got]
         self._clock += 1  # newer than the rest of its path: a sibling split off just now is evicted first
-        leaf = _Node(tokens[pos:].copy(), stored, parent, pos, self._clock)
+        leaf = _Node(tokens[pos:].copy(), stored, parent, self._clock)
         parent.children[int(tokens[pos])] = leaf
         self._size += n - pos
         self.stats["stored"] += 1
