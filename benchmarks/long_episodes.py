@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/long_episodes.py [--level 3] [--tasks 32] [--samples 2] [--policy smollm2-135m]
         [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0] [--set frozen=0]
+        [--set share_head=0] [--set max_kv_positions=16384]
         (HFSampler options)
 
 Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's

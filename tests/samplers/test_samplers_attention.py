@@ -1,5 +1,5 @@
-"""`samplers/attention.py`: grouped-query heads folded into the query rows give SDPA's attention, and the engine's
-decode steps take that path."""
+"""`samplers/attention.py`: grouped-query heads folded into the query rows, and a shared head of keys every row sees,
+give SDPA's attention, and the engine's decode steps take those paths."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from agentrft.samplers import attention
-from agentrft.samplers.attention import NAME, folded_gqa_attention, use_agentrft_attention
+from agentrft.samplers.attention import (
+    HEAD_KWARG,
+    NAME,
+    folded_gqa_attention,
+    shared_head_attention,
+    use_agentrft_attention,
+)
 from agentrft.samplers.base import SampleRequest, SamplingParams
 from agentrft.samplers.hf import HFSampler
 from agentrft.samplers.policies import tiny_model_and_tokenizer
@@ -36,6 +42,49 @@ def test_folded_heads_give_sdpa_attention(heads: int, kv_heads: int, q_len: int)
     got = folded_gqa_attention(q, k, v, mask, 0.3)
     assert got.shape == (b, q_len, heads, dim)
     assert torch.allclose(got, _reference(q, k, v, mask, 0.3), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "q_len", "dtype"),
+    [
+        (4, 2, 1, torch.float64),
+        (9, 3, 2, torch.float64),
+        (6, 1, 3, torch.float64),
+        (4, 4, 2, torch.float64),
+        (9, 3, 2, torch.bfloat16),
+    ],
+)
+def test_a_shared_head_gives_the_attention_of_rows_that_hold_it(
+    heads: int, kv_heads: int, q_len: int, dtype: torch.dtype
+) -> None:
+    g = torch.Generator().manual_seed(heads * 10 + q_len)
+    b, p_len, length, dim = 3, 23, 14, 8
+    q = torch.randn(b, heads, q_len, dim, generator=g).to(dtype)
+    hk, hv = (torch.randn(1, kv_heads, p_len, dim, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(b, kv_heads, length, dim, generator=g).to(dtype) for _ in range(2))
+    mask = torch.rand(b, 1, q_len, length, generator=g) > 0.4
+    mask[0, ..., :] = False  # a row that sees only the head
+    got = shared_head_attention(q, k, v, mask, hk, hv, 0.3)
+    assert got.shape == (b, q_len, heads, dim) and got.dtype == dtype
+    full_k, full_v = (torch.cat([h.expand(b, -1, -1, -1), x], dim=2) for h, x in ((hk, k), (hv, v)))
+    full_mask = torch.cat([torch.ones(b, 1, q_len, p_len, dtype=torch.bool), mask], dim=-1)
+    want = _reference(q.double(), full_k.double(), full_v.double(), full_mask, 0.3)
+    tol = 1e-12 if dtype == torch.float64 else 2e-2  # bf16: the inputs' rounding, one step of the output's
+    assert torch.allclose(got.double(), want, atol=tol, rtol=0)
+
+
+def test_a_shared_head_refuses_a_mask_it_cannot_extend() -> None:
+    model, _ = tiny_model_and_tokenizer(seed=1)
+    use_agentrft_attention(model)
+    cfg = model.config
+    dim = cfg.hidden_size // cfg.num_attention_heads
+
+    class Head:
+        layers = [(torch.zeros(1, cfg.num_key_value_heads, 4, dim),) * 2] * cfg.num_hidden_layers
+
+    ids = torch.randint(0, cfg.vocab_size, (1, 3))
+    with torch.no_grad(), pytest.raises(ValueError, match="boolean mask"):
+        model(input_ids=ids, **{HEAD_KWARG: Head()})  # no 4D mask: the causal mask is built without the head
 
 
 def test_model_on_agentrft_sdpa_gives_sdpa_logits_under_a_4d_mask() -> None:
@@ -80,7 +129,7 @@ def test_the_engine_decodes_through_folded_heads(monkeypatch: pytest.MonkeyPatch
     calls = []
     real = attention.folded_gqa_attention
     monkeypatch.setattr(attention, "folded_gqa_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    s = HFSampler(model, tok, "tiny", prefix_cache_tokens=0)
+    s = HFSampler(model, tok, "tiny", prefix_cache_tokens=0, share_head=False)  # one prompt: all of it a head
     assert model.config._attn_implementation == NAME
     prompt = s.render([{"role": "user", "content": "What is 17% of 230?"}])
     params = SamplingParams(temperature=0.0, max_tokens=6)
@@ -100,6 +149,40 @@ def test_the_engine_decodes_through_folded_heads(monkeypatch: pytest.MonkeyPatch
     finally:
         ref_sampler.close()
     assert plain_model.config._attn_implementation == "sdpa"
+    for a, b in zip(got, want, strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+
+
+def test_the_engine_decodes_through_a_shared_head_as_plain_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two prompts with a common prefix sampled together (and a later turn through the prefix cache): the batch
+    keeps the prefix once, decode steps attend through it, and ids and log-probs are plain SDPA's."""
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    plain_model = copy.deepcopy(model)
+    calls = []
+    real = attention.shared_head_attention
+    monkeypatch.setattr(attention, "shared_head_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    s = HFSampler(model, tok, "tiny")
+    system = {"role": "system", "content": "You are a careful analyst. Use the calculator for every figure. " * 3}
+    prompts = [s.render([system, {"role": "user", "content": q}]) for q in ("What is 17% of 230?", "Add 4 and 5.")]
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=3)
+
+    async def go(sampler: HFSampler):
+        first = await asyncio.gather(*(sampler.sample(SampleRequest(p, params)) for p in prompts for _ in range(2)))
+        follow = prompts[0] + first[0].token_ids + prompts[1][-5:]  # a next turn: its past from the prefix cache
+        return [*first, await sampler.sample(SampleRequest(follow, params))]
+
+    try:
+        got = asyncio.run(go(s))
+    finally:
+        s.close()
+    assert calls and s.stats["reused_tokens"] > 0
+    monkeypatch.setattr(attention, "use_agentrft_attention", lambda m, **kw: False)  # the reference: plain SDPA
+    ref_sampler = HFSampler(plain_model, tok, "tiny")
+    try:
+        want = asyncio.run(go(ref_sampler))
+    finally:
+        ref_sampler.close()
     for a, b in zip(got, want, strict=True):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4

@@ -332,7 +332,7 @@ def test_reseed_makes_unseeded_sampling_reproducible(sampler: HFSampler, prompt:
 def _alone(model, req: SampleRequest, seed: int):
     spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
     row = RowState(req.params, make_generator(req.params, torch.device("cpu"), seed))
-    generate_batch(model, [req], [row], spec, torch.device("cpu"))
+    generate_batch(model, [req], [row], spec, torch.device("cpu"), share_head=False)  # the whole prompt in its row
     return row
 
 
@@ -368,11 +368,13 @@ def test_group_prompt_is_stored_once_and_decodes_as_alone(sampler: HFSampler, pr
     with torch.inference_mode():
         batch.admit(reqs, rows)
         n_rows, width, length = batch.shape
-        assert (n_rows, width, length) == (2, 4, len(prompt))  # each group's prompt once, not once per sample
+        head = batch.head_len  # the two prompts' common prefix (all of prompt[:20] but its last position) once
+        assert head == 19 and batch.cache.layers[0].keys.shape[2] == length
+        assert (n_rows, width, length) == (2, 4, len(prompt) - head)  # each group's prompt once, not once per sample
         assert batch.cache.layers[0].keys.shape[0] == 2
         batch.step()
         batch.step()
-        assert batch.shape[1] == 4 and batch.shape[2] == len(prompt) + 2 * 4  # each slot adds its own column
+        assert batch.shape[1] == 4 and batch.shape[2] == len(prompt) - head + 2 * 4  # each slot adds its own column
         _drain(batch)
         for row, req, seed in zip(
             rows, reqs, seeds, strict=True
@@ -457,6 +459,55 @@ def test_random_admissions_finishes_and_abandons_decode_as_alone(
             _assert_same(row, ref)
 
 
+def test_the_shared_head_shrinks_as_prompts_sharing_less_join(sampler: HFSampler, prompt: list[int]) -> None:
+    """The batch's head is its prompts' longest common prefix: prompts sharing less shrink it (the old rows take
+    the positions back into their columns), one sharing under MIN_HEAD ends it; every row decodes as alone, and
+    the turns it remembers hold the KV of rows that held the whole prompt."""
+    from agentrft.samplers.prefix_cache import PrefixCache, as_tokens
+    from agentrft.samplers.shared_head import MIN_HEAD
+
+    model = sampler.model
+    spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
+    waves = [prompt, prompt[:24], prompt[: MIN_HEAD - 4] + prompt[-6:]]
+    caches = {share: PrefixCache(max_tokens=1 << 16, min_tokens=4, remember_turns=True) for share in (True, False)}
+    results: dict[bool, list[RowState]] = {}
+    heads = []
+    whole: dict[bool, list] = {True: [], False: []}
+    with torch.inference_mode():
+        for share, pc in caches.items():
+            batch = RunningBatch(model, spec, torch.device("cpu"), prefix_cache=pc, share_head=share)
+            results[share] = []
+            for w, p in enumerate(waves):
+                reqs = [
+                    SampleRequest(p, SamplingParams(temperature=1.0, max_tokens=4 + 3 * (2 - w) + i)) for i in range(2)
+                ]
+                rows = [
+                    RowState(r.params, make_generator(r.params, torch.device("cpu"), 10 * w + i))
+                    for i, r in enumerate(reqs)
+                ]
+                batch.admit(reqs, rows)
+                results[share] += rows
+                if share:
+                    heads.append(batch.head_len)
+                batch.step()
+                c, slot = batch.slot[0]  # the oldest row's whole sequence so far, head included
+                whole[share].append(batch._row_kv(c, batch.visible[c, slot].nonzero()[:, 0]))
+            _drain(batch)
+    assert heads == [len(prompt) - 1, 23, 0]
+    for kv_a, kv_b in zip(whole[True], whole[False], strict=True):
+        for (k1, v1), (k2, v2) in zip(kv_a, kv_b, strict=True):
+            assert k1.shape == k2.shape and torch.allclose(k1, k2, atol=1e-5, rtol=0)
+            assert torch.allclose(v1, v2, atol=1e-5, rtol=0)
+    for got, ref in zip(results[True], results[False], strict=True):
+        _assert_same(got, ref)
+    seqs = {share: sorted(tuple(q.tolist()) for q in pc.sequences()) for share, pc in caches.items()}
+    assert seqs[True] == seqs[False] and seqs[True]
+    for q in seqs[True]:
+        kv = {share: pc.lookup(as_tokens(list(q)), len(q))[0].materialize() for share, pc in caches.items()}
+        for (k1, v1), (k2, v2) in zip(kv[True], kv[False], strict=True):
+            assert torch.allclose(k1, k2, atol=1e-5, rtol=0) and torch.allclose(v1, v2, atol=1e-5, rtol=0)
+
+
 def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list[int]) -> None:
     model = sampler.model
     spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
@@ -469,7 +520,7 @@ def test_cache_grows_in_place_and_past_its_room(sampler: HFSampler, prompt: list
         buf = layer._bufs[0]
         batch.step()
         assert batch.cache.layers[0]._bufs[0] is buf  # written in place, no copy
-        assert layer.keys.data_ptr() == buf.data_ptr() and layer.keys.shape[2] == len(prompt) + 2
+        assert layer.keys.data_ptr() == buf.data_ptr() and layer.keys.shape[2] == len(prompt) - batch.head_len + 2
         rows[0].params = rows[1].params = SamplingParams(temperature=0.0, max_tokens=40)  # beyond the planned room
         _drain(batch)
     for row, req in zip(rows, reqs, strict=True):
@@ -492,7 +543,7 @@ def test_the_kv_estimate_is_the_cache_admission_builds_also_when_a_prompt_is_spl
             batch.admit(reqs, [RowState(r.params, None) for r in reqs])
             rows, width, length = batch.shape
             left = max(r.params.max_tokens - len(r.token_ids) for r in batch.rows)
-            assert estimate == rows * (length + width * left)
+            assert estimate == rows * (batch.head_len + length + width * left)
         assert batch.shape[0] > 12 + 1  # the 8 requests of one prompt took more than one row: the case estimated
         _drain(batch)
 

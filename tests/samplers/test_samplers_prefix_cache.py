@@ -324,13 +324,20 @@ def test_the_next_turn_prefills_only_what_was_appended(model_tok) -> None:
 
 
 def test_padding_between_rows_of_different_lengths_is_measured(model_tok) -> None:
-    s = make(model_tok, prefix_cache_tokens=0)
+    s = make(model_tok, prefix_cache_tokens=0, share_head=False)
     short = s.render([{"role": "user", "content": "Hi"}])
     long = s.render([{"role": "user", "content": SYSTEM + " " + SYSTEM}])
     run(_gather(s, [SampleRequest(short, GREEDY), SampleRequest(long, GREEDY)]))
     st = s.stats
     assert st["kv_positions"] == 2 * len(long)  # one admission: two cache rows padded to the longer prompt
     assert st["kv_used_positions"] == len(short) + len(long)
+    # with the rows' common prefix (the template's default system prompt) held once as the batch's shared head
+    h = next(i for i, (a, b) in enumerate(zip(short, long, strict=False)) if a != b)
+    assert h >= 16
+    shared = make(model_tok, prefix_cache_tokens=0)
+    run(_gather(shared, [SampleRequest(short, GREEDY), SampleRequest(long, GREEDY)]))
+    assert shared.stats["kv_positions"] == 2 * (len(long) - h) + h
+    assert shared.stats["kv_used_positions"] == len(short) + len(long) - h
 
 
 def _owns(t: torch.Tensor) -> bool:

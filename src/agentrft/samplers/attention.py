@@ -9,6 +9,11 @@
   for a single query only, and not when grouped-query SDPA is forced (`hf.enable_sdpa_gqa`).
 * **A layout** a caller hands a forward as the keyword ``agentrft_layout`` (anything with ``attend``): the trainer's
   shared-prefix segment layout (`train/segment_attention.py`) computes the attention itself.
+* **A shared head** a caller hands a forward as the keyword ``agentrft_head`` (anything with ``layers``: per layer
+  the keys and values ``(1, K, P, D)`` of P positions every batch row sees before its own): the engine's decode
+  steps (`samplers/shared_head.py`), where the rows of a batch share a long prompt prefix that is stored once.
+  Each query's softmax runs over the head's P keys and its row's visible keys together, so the result is that of
+  the row holding the head's keys itself; the head's keys are multiplied once for the queries of every row.
 
 Everything else goes to transformers' SDPA unchanged. `use_agentrft_attention` registers the implementation and
 switches a model from ``sdpa`` to it; the sampler does so for its model, the trainer for the policy it updates (the
@@ -26,6 +31,7 @@ from torch import Tensor
 
 NAME = "agentrft_sdpa"
 LAYOUT_KWARG = "agentrft_layout"
+HEAD_KWARG = "agentrft_head"
 FOLD_MAX_QUERIES = 16  # decode steps; a prefill's queries attend causally through SDPA's own kernels
 # attention features neither the fold nor a layout computes: such a call goes to SDPA (the fold) or is refused
 _NOT_PLAIN = ("sliding_window", "softcap", "s_aux")
@@ -47,6 +53,30 @@ def folded_gqa_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor
     q = query.reshape(b, kv_heads, r * q_len, dim)
     m = mask[:, :, None].expand(mask.shape[0], 1, r, q_len, mask.shape[-1]).reshape(mask.shape[0], 1, r * q_len, -1)
     out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scaling)
+    return out.reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
+
+
+def shared_head_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, head_key: Tensor, head_value: Tensor, scaling: float | None
+) -> Tensor:
+    """Attention of q (B, H, Q, D) over a head every row sees, k and v (1, K, P, D), followed by each row's own k, v
+    (B, K, L, D) under the boolean ``mask`` (B, 1, Q, L); returns (B, Q, H, D). Query heads are folded as in
+    `folded_gqa_attention`; the scores are softmaxed (in fp32 at least) over the P + L keys together."""
+    b, heads, q_len, dim = query.shape
+    kv_heads, p_len, l_len = key.shape[1], head_key.shape[2], key.shape[2]
+    n = heads // kv_heads * q_len
+    scale = scaling if scaling is not None else dim**-0.5
+    q = query.reshape(b, kv_heads, n, dim)
+    q_all = q.transpose(0, 1).reshape(kv_heads, b * n, dim)  # every row's queries against one copy of the head
+    s_head = torch.matmul(q_all, head_key[0].transpose(1, 2)).reshape(kv_heads, b, n, p_len).transpose(0, 1)
+    m = mask[:, :, None].expand(b, 1, heads // kv_heads, q_len, l_len).reshape(b, 1, n, l_len)
+    s_rows = torch.matmul(q, key.transpose(2, 3)).masked_fill(~m, float("-inf"))
+    scores = torch.cat([s_head, s_rows], dim=-1)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16 scores softmaxed in fp32
+    probs = torch.softmax(scores * scale, dim=-1).to(value.dtype)
+    p_head, p_rows = probs.split([p_len, l_len], dim=-1)
+    from_head = torch.matmul(p_head.transpose(0, 1).reshape(kv_heads, b * n, p_len), head_value[0])
+    out = torch.matmul(p_rows, value) + from_head.reshape(kv_heads, b, n, dim).transpose(0, 1)
     return out.reshape(b, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
@@ -82,6 +112,14 @@ def _attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     layout: Layout | None = kwargs.pop(LAYOUT_KWARG, None)
+    head = kwargs.pop(HEAD_KWARG, None)
+    if head is not None:
+        unsupported = [k for k in _NOT_PLAIN if kwargs.get(k) is not None]
+        mask = attention_mask
+        if dropout or unsupported or mask is None or mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+            raise ValueError(f"a shared head needs plain attention under a [B, 1, Q, L] boolean mask ({unsupported})")
+        head_key, head_value = head.layers[module.layer_idx]
+        return shared_head_attention(query, key, value, mask, head_key, head_value, scaling), None
     if layout is not None:
         unsupported = [k for k in _NOT_PLAIN if kwargs.get(k) is not None]
         if dropout or unsupported:

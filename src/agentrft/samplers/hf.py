@@ -99,6 +99,7 @@ class HFSampler(InProcessPolicy):
         remember_turns: bool = True,
         precision: str = "fp32",
         frozen: bool = False,
+        share_head: bool = True,
     ) -> None:
         import torch
 
@@ -124,7 +125,9 @@ class HFSampler(InProcessPolicy):
 
             store_in_compute_dtype(self.model, torch.bfloat16)
         self.max_batch_size = max_batch_size
-        # Bound on the batch's KV cache (cache rows x length, padding included; see RunningBatch.positions_with):
+        self.share_head = share_head  # the batch's common prompt prefix stored once (`samplers/shared_head.py`)
+        # Bound on the batch's KV cache (cache rows x the positions each sees, padding and the shared head included;
+        # see RunningBatch.positions_with):
         # long episodes admitted together all pad to the longest, and 32 rows of 8k positions are 12 GB in fp32.
         self.max_kv_positions = max_kv_positions
         self.batch_wait_s = batch_wait_s
@@ -153,7 +156,7 @@ class HFSampler(InProcessPolicy):
         # kv_positions / kv_used_positions: the batch cache's positions after each admission, and those any
         # request attends to (the rest is left padding between rows of different lengths); kv_wait_steps:
         # engine steps at which a request waited for room under max_kv_positions; kv_peak_positions: the most
-        # the batch cache held (cache rows x length); trim_s: seconds handing freed heap back to the OS (`_trim_heap`)
+        # the batch cache held (cache rows x length, and the shared head); trim_s: seconds handing freed heap back to the OS (`_trim_heap`)
         self.stats = {
             "admissions": 0,
             "requests": 0,
@@ -240,8 +243,7 @@ class HFSampler(InProcessPolicy):
 
     def _note_kv_peak(self, batch: Any) -> None:
         if batch.cache is not None:
-            rows, _, length = batch.shape
-            self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], rows * length)
+            self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], batch.cache_positions)
 
     def _engine(self) -> None:
         """The engine thread: admit, step, deliver, until closed."""
@@ -266,7 +268,12 @@ class HFSampler(InProcessPolicy):
                     compute.__enter__()
                     entered = True
                     batch = RunningBatch(
-                        self.model, self._spec, self.device, self.prefix_cache, kv_dtype=self._kv_dtype
+                        self.model,
+                        self._spec,
+                        self.device,
+                        self.prefix_cache,
+                        kv_dtype=self._kv_dtype,
+                        share_head=self.share_head,
                     )
                 except Exception as exc:  # the waiting requests fail; the model and its lock are given back
                     if entered:

@@ -52,11 +52,13 @@ from typing import Any
 
 import torch
 
+from agentrft.samplers.attention import HEAD_KWARG, uses_agentrft_attention
 from agentrft.samplers.base import FinishReason, SampleRequest, SamplingParams
 from agentrft.samplers.distribution import Distribution
 from agentrft.samplers.hf_prefill import cache_kw, out_cache, prefill_prompts
 from agentrft.samplers.kv_cache import RoomyLayer, cache_of
 from agentrft.samplers.prefix_cache import KV, PrefixCache, as_tokens
+from agentrft.samplers.shared_head import SharedHead, head_length
 
 
 @dataclass
@@ -158,8 +160,12 @@ class RunningBatch:
         device: torch.device,
         prefix_cache: PrefixCache | None = None,
         kv_dtype: torch.dtype | None = None,
+        share_head: bool = True,
     ) -> None:
         self.model, self.spec, self.device = model, spec, device
+        # the rows' common prompt prefix stored once (`shared_head`); the attention that reads it is agentrft_sdpa's
+        self.share_head = share_head and uses_agentrft_attention(model)
+        self.head: SharedHead | None = None
         self.kv_dtype = kv_dtype  # the cache's dtype (None: what the model's layers produce)
         self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
         self.prefill_tokens = 0  # prompt positions run through the model
@@ -188,22 +194,34 @@ class RunningBatch:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        """(cache rows C, slots per row W, cache length L)."""
+        """(cache rows C, slots per row W, cache length L: the columns each row holds after the shared head)."""
         c, w, n = self.visible.shape
         return int(c), int(w), int(n)
 
+    @property
+    def head_len(self) -> int:
+        return len(self.head) if self.head is not None else 0
+
+    @property
+    def cache_positions(self) -> int:
+        """KV positions the batch holds: every cache row's columns, and the shared head once."""
+        c, _, n = self.shape
+        return c * n + self.head_len
+
     def positions_with(self, requests: list[SampleRequest]) -> int:
-        """Cache positions (cache rows x length) the batch would reach with `requests` admitted, before any row
-        leaves: the live cache rows plus the rows `admit` gives the new prompts (`_slot_width`: a prompt with more
-        requests than slots takes several), all as long as the longest prompt, grown by one column per slot for
-        every token the longest reply may still sample. For bounding admissions, not an allocation."""
+        """Cache positions (cache rows x length, the shared head included in each row's) the batch would reach with
+        `requests` admitted, before any row leaves: the live cache rows plus the rows `admit` gives the new prompts
+        (`_slot_width`: a prompt with more requests than slots takes several), all as long as the longest prompt,
+        grown by one column per slot for every token the longest reply may still sample. For bounding admissions,
+        not an allocation (which holds the head once: `cache_positions`)."""
         live_rows = len({c for c, _ in self.slot})
         _, width0, length = self.shape if self.cache is not None else (0, 0, 0)
         counts: dict[tuple[int, ...], int] = {}
         for r in requests:
             key = tuple(r.prompt_ids)
             counts[key] = counts.get(key, 0) + 1
-        length = max([length, *(len(k) for k in counts)])
+        head = self._head_length(list(counts)) if counts else self.head_len
+        length = max([length + self.head_len - head if self.cache is not None else 0, *(len(k) - head for k in counts)])
         rows, width = live_rows, width0
         if counts:
             w = _slot_width(list(counts.values()), length, live_rows, width0, self.token_cost)
@@ -212,8 +230,14 @@ class RunningBatch:
         left = max(
             [0, *(r.params.max_tokens - len(r.token_ids) for r in self.rows), *(r.params.max_tokens for r in requests)]
         )
-        grow = min(left, 2048, max(self.spec.max_positions - length, 0))  # a row stops at the model's positions
-        return rows * (length + width * grow)
+        grow = min(left, 2048, max(self.spec.max_positions - length - head, 0))  # a row stops at the model's positions
+        # each row counted with the head it sees: the bound admits what it would without a shared head (counting the
+        # head once let ~2x the rows in on level 3, whose prompts, prefilled whole before their columns are kept, and
+        # turns, competing for the prefix cache, then took more memory than the head saved), and the head saves memory
+        return rows * (head + length + width * grow)
+
+    def _head_length(self, prompts: list[Any]) -> int:
+        return head_length(self.head, self.cache is not None, prompts) if self.share_head else 0
 
     def retire(self, indices: list[int]) -> None:
         """Stop decoding the rows at `indices` (their callers gave up)."""
@@ -230,10 +254,14 @@ class RunningBatch:
         caches, last = self._prefill_prompts(prompts)
         self.prefills += len(prompts)
         rows0, width0, len0 = self.shape if self.cache is not None else (0, 0, 0)
+        # the shared head after this admission (h positions) and what the old rows take back from it (grow)
+        h, h0 = self._head_length(prompts), self.head_len
+        grow = h0 - h if self.cache is not None else 0
+        cols = [n - h for n in lengths]  # the columns a new prompt's rows hold
         members: list[list[int]] = [[] for _ in prompts]
         for i, u in enumerate(src):
             members[u].append(i)
-        width = _slot_width([len(m) for m in members], max(len0, *lengths), rows0, width0, self.token_cost)
+        width = _slot_width([len(m) for m in members], max(len0 + grow, *cols), rows0, width0, self.token_cost)
         # New cache rows: each prompt's requests, `width` at a time; a prompt's KV is copied per row.
         row_prompt: list[int] = []
         placed: list[tuple[int, int]] = [(0, 0)] * len(requests)  # request -> (new cache row, slot)
@@ -242,12 +270,11 @@ class RunningBatch:
                 for s, i in enumerate(idx[start : start + width]):
                     placed[i] = (rows0 + len(row_prompt), s)
                 row_prompt.append(u)
-        p_max = max(lengths)
         w_all = max(width0, width)
-        length = max(len0, p_max)
+        length = max(len0 + grow, *cols)
         vis = torch.zeros(len(row_prompt), w_all, length, dtype=torch.bool, device=self.device)
         for i, (c, s) in enumerate(placed):
-            vis[c - rows0, s, length - lengths[src[i]] :] = True
+            vis[c - rows0, s, length - cols[src[i]] :] = True
         # Room for every column the batch can still append (W per step until its longest row is done),
         # so decode steps write in place; pages past the written part are never touched, so they cost no memory.
         left = max(r.params.max_tokens - len(r.token_ids) for r in [*self.rows, *rows])
@@ -256,14 +283,16 @@ class RunningBatch:
         # Layer by layer, each old layer and each prompt's layer KV is dropped once copied, so the copy costs one
         # layer's worth of memory on top of the cache, not a second cache (a failed admission fails the batch).
         old: list[Any] = self.cache.layers if self.cache is not None else []
+        old_head = self.head.layers if self.head is not None and self.cache is not None else []
         self.cache = None
         prompt_kv = [[kv[layer] for kv in caches] for layer in range(len(caches[0]))]  # [layer][prompt] (k, v)
         del caches
-        layers = []
+        layers, head_layers = [], []
         while prompt_kv:
             kv_u, old_layer = prompt_kv.pop(0), old.pop(0) if old else None
+            head_kv = old_head.pop(0) if old_head else None
             like = kv_u[0][0]
-            bufs = []
+            bufs, head_bufs = [], []
             for which in (0, 1):
                 shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf = like.new_empty(shape, dtype=self.kv_dtype or like.dtype)
@@ -271,12 +300,24 @@ class RunningBatch:
                 if old_layer is not None:
                     for j, c in enumerate(old_rows):  # row by row: no temporary copy of the cache
                         buf[j, :, length - len0 : length] = (old_layer.values if which else old_layer.keys)[c]
+                    if grow:  # the positions the head gives up, in front of every old row's columns
+                        assert head_kv is not None
+                        buf[: len(old_rows), :, length - len0 - grow : length - len0] = head_kv[which][:, :, h:h0]
                 for c, u in enumerate(row_prompt):
-                    buf[rows0 + c, :, length - lengths[u] : length] = kv_u[u][which][0]
+                    buf[rows0 + c, :, length - cols[u] : length] = kv_u[u][which][0][:, h:]
                 bufs.append(buf)
-            del kv_u, old_layer, like
+                if h:
+                    kept_head = head_kv[which] if head_kv is not None else kv_u[0][which].to(buf.dtype)
+                    head_bufs.append(kept_head if kept_head.shape[2] == h else kept_head[:, :, :h].clone())
+            del kv_u, old_layer, like, head_kv
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
+            if h:
+                head_layers.append((head_bufs[0], head_bufs[1]))
         self.cache = cache_of(layers)
+        self.head = SharedHead(list(prompts[0][:h]), head_layers) if h else None
+        if grow and rows0:  # every old slot sees the columns given back (a dummy's extra keys are never read)
+            self.visible = pad_to(self.visible, 2, len0 + grow, left=True)
+            self.visible[:, :, :grow] = True
         new_pos = torch.tensor([lengths[u] for u in src], device=self.device)
         new_logits = last.index_select(0, torch.tensor(src, device=self.device))
         if rows0 == 0:
@@ -290,9 +331,8 @@ class RunningBatch:
             row.prompt_ids = list(req.prompt_ids)
         self.rows.extend(rows)
         self.slot.extend(placed)
-        c_all, _, l_all = self.shape
-        self.kv_positions += c_all * l_all
-        self.kv_used_positions += int(self.visible.any(dim=1).sum())
+        self.kv_positions += self.cache_positions
+        self.kv_used_positions += int(self.visible.any(dim=1).sum()) + self.head_len
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
         """Prefill distinct prompts, running each shared or cached prefix through the model once."""
@@ -316,22 +356,32 @@ class RunningBatch:
             tokens = row.prompt_ids + row.token_ids[:-1]
             c, s = self.slot[a]
             cols = self.visible[c, s].nonzero()[:, 0]
-            if cols.numel() != len(tokens):  # never expected: a row sees exactly its prompt and fed tokens
+            if cols.numel() + self.head_len != len(tokens):  # never expected: a row sees its prompt and fed tokens
                 continue
             pc.add(as_tokens(tokens), functools.partial(self._row_kv, c, cols))  # gathered only if stored
 
     def _row_kv(self, c: int, cols: torch.Tensor, start: int = 0) -> KV:
-        """Cache row c's KV at columns `cols[start:]` (the positions the prefix cache does not hold yet), per
-        layer [1, H, len(cols) - start, D] (a copy)."""
-        at = cols[start:]
-        return [(la.keys[c : c + 1, :, at], la.values[c : c + 1, :, at]) for la in self.cache.layers]
+        """The KV of cache row c's sequence (the shared head, then the row's columns `cols`) from position `start`
+        on (the positions the prefix cache does not hold yet), per layer [1, H, head + len(cols) - start, D]
+        (a copy)."""
+        h = self.head_len
+        at = cols[max(start - h, 0) :]
+        out: KV = []
+        for i, la in enumerate(self.cache.layers):
+            k, v = la.keys[c : c + 1, :, at], la.values[c : c + 1, :, at]
+            if start < h:
+                assert self.head is not None
+                hk, hv = self.head.layers[i]
+                k, v = torch.cat([hk[:, :, start:], k], dim=2), torch.cat([hv[:, :, start:], v], dim=2)
+            out.append((k, v))
+        return out
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""
         if len(keep) == len(self.rows):
             return
         if not keep:
-            self.rows, self.slot, self.cache, self.logits = [], [], None, None
+            self.rows, self.slot, self.cache, self.logits, self.head = [], [], None, None, None
             self.visible = self.visible[:0, :0, :0]
             self.next_pos = self.next_pos[:0]
             return
@@ -417,6 +467,7 @@ class RunningBatch:
             attention_mask=_attention_mask(self.model, self.visible),
             use_cache=True,
             **{self.cache_kw: self.cache},
+            **({HEAD_KWARG: self.head} if self.head is not None else {}),
         )
         self.cache = out_cache(out)
         self.logits = out.logits.reshape(n_rows * width, -1).index_select(0, flat)
@@ -425,10 +476,15 @@ class RunningBatch:
 
 
 def generate_batch(
-    model: Any, requests: list[SampleRequest], rows: list[RowState], spec: DecodeSpec, device: torch.device
+    model: Any,
+    requests: list[SampleRequest],
+    rows: list[RowState],
+    spec: DecodeSpec,
+    device: torch.device,
+    share_head: bool = True,
 ) -> None:
     """Decode `requests` together to completion, filling `rows` in place (caller holds the model)."""
-    batch = RunningBatch(model, spec, device)
+    batch = RunningBatch(model, spec, device, share_head=share_head)
     batch.admit(requests, rows)
     while batch.rows:
         batch.step()
