@@ -73,6 +73,25 @@ def test_a_shared_head_gives_the_attention_of_rows_that_hold_it(
     assert torch.allclose(got.double(), want, atol=tol, rtol=0)
 
 
+def test_a_shared_head_under_features_it_does_not_compute_goes_to_sdpa_over_the_whole_keys() -> None:
+    """A sliding window (Mistral, Phi-3, Qwen2 pass one to every layer) or soft-capping: the head is written in
+    front of the row's keys and SDPA attends over them, as it would for a row holding the prefix."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(5)
+    b, heads, kv_heads, q_len, p_len, length, dim = 2, 6, 2, 2, 9, 7, 8
+    q = torch.randn(b, heads, q_len, dim, generator=g, dtype=torch.float64)
+    hk, hv = (torch.randn(1, kv_heads, p_len, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(b, kv_heads, length, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.rand(b, 1, q_len, length, generator=g) > 0.3
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+    head = SimpleNamespace(layers=[(hk, hv)])
+    got, _ = attention._attention(module, q, k, v, mask, scaling=0.3, sliding_window=4096, **{HEAD_KWARG: head})
+    full_k, full_v = (torch.cat([h.expand(b, -1, -1, -1), x], dim=2) for h, x in ((hk, k), (hv, v)))
+    full_mask = torch.cat([torch.ones(b, 1, q_len, p_len, dtype=torch.bool), mask], dim=-1)
+    assert torch.allclose(got, _reference(q, full_k, full_v, full_mask, 0.3), atol=1e-12, rtol=0)
+
+
 def test_a_shared_head_refuses_a_mask_it_cannot_extend() -> None:
     model, _ = tiny_model_and_tokenizer(seed=1)
     use_agentrft_attention(model)

@@ -13,7 +13,9 @@
   the keys and values ``(1, K, P, D)`` of P positions every batch row sees before its own): the engine's decode
   steps (`samplers/shared_head.py`), where the rows of a batch share a long prompt prefix that is stored once.
   Each query's softmax runs over the head's P keys and its row's visible keys together, so the result is that of
-  the row holding the head's keys itself; the head's keys are multiplied once for the queries of every row.
+  the row holding the head's keys itself; the head's keys are multiplied once for the queries of every row. Under
+  features that path does not compute (a sliding window, soft-capping, sinks) the head is written in front of each
+  row's keys for the call and SDPA attends over them.
 
 Everything else goes to transformers' SDPA unchanged. `use_agentrft_attention` registers the implementation and
 switches a model from ``sdpa`` to it; the sampler does so for its model, the trainer for the policy it updates (the
@@ -114,12 +116,19 @@ def _attention(
     layout: Layout | None = kwargs.pop(LAYOUT_KWARG, None)
     head = kwargs.pop(HEAD_KWARG, None)
     if head is not None:
-        unsupported = [k for k in _NOT_PLAIN if kwargs.get(k) is not None]
         mask = attention_mask
-        if dropout or unsupported or mask is None or mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
-            raise ValueError(f"a shared head needs plain attention under a [B, 1, Q, L] boolean mask ({unsupported})")
+        if mask is None or mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+            raise ValueError("a shared head needs the engine's [B, 1, Q, L] boolean mask")
         head_key, head_value = head.layers[module.layer_idx]
-        return shared_head_attention(query, key, value, mask, head_key, head_value, scaling), None
+        if dropout or any(kwargs.get(k) is not None for k in (*_NOT_PLAIN, "position_bias")):
+            # features this path does not compute (a sliding window, soft-capping, sinks): the head is written in
+            # front of every row's keys for this layer, and SDPA sees what a row holding the prefix would show it
+            b = key.shape[0]
+            key = torch.cat([head_key.expand(b, -1, -1, -1), key], dim=2)
+            value = torch.cat([head_value.expand(b, -1, -1, -1), value], dim=2)
+            attention_mask = torch.cat([mask.new_ones(*mask.shape[:3], head_key.shape[2]), mask], dim=-1)
+        else:
+            return shared_head_attention(query, key, value, mask, head_key, head_value, scaling), None
     if layout is not None:
         unsupported = [k for k in _NOT_PLAIN if kwargs.get(k) is not None]
         if dropout or unsupported:

@@ -313,6 +313,7 @@ class HFSampler(InProcessPolicy):
                 if admit:
                     if self.prefix_cache.enabled:
                         self.prefix_cache.validate(self._weights_epoch)
+                    batch.weights_epoch = self._weights_epoch  # nor is the batch's shared head reused across it
                     rows = [
                         RowState(p.request.params, make_generator(p.request.params, self.device, p.seed), owner=p)
                         for p in admit

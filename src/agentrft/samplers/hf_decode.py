@@ -166,6 +166,10 @@ class RunningBatch:
         # the rows' common prompt prefix stored once (`shared_head`); the attention that reads it is agentrft_sdpa's
         self.share_head = share_head and uses_agentrft_attention(model)
         self.head: SharedHead | None = None
+        # the caller's weights epoch (HFSampler sets it before each admission): a head built under older weights
+        # is no prefix for new prompts, which then share none of it (the old rows take it back)
+        self.weights_epoch = 0
+        self._head_epoch = 0
         self.kv_dtype = kv_dtype  # the cache's dtype (None: what the model's layers produce)
         self.prefix_cache = prefix_cache  # the caller keeps it valid for the current weights
         self.prefill_tokens = 0  # prompt positions run through the model
@@ -237,7 +241,9 @@ class RunningBatch:
         return rows * (head + length + width * grow)
 
     def _head_length(self, prompts: list[Any]) -> int:
-        return head_length(self.head, self.cache is not None, prompts) if self.share_head else 0
+        if not self.share_head or (self.head is not None and self._head_epoch != self.weights_epoch):
+            return 0
+        return head_length(self.head, self.cache is not None, prompts)
 
     def retire(self, indices: list[int]) -> None:
         """Stop decoding the rows at `indices` (their callers gave up)."""
@@ -314,7 +320,11 @@ class RunningBatch:
             if h:
                 head_layers.append((head_bufs[0], head_bufs[1]))
         self.cache = cache_of(layers)
-        self.head = SharedHead(list(prompts[0][:h]), head_layers) if h else None
+        if h != h0 or rows0 == 0:
+            self.head, self._head_epoch = (
+                (SharedHead(list(prompts[0][:h]), head_layers) if h else None),
+                self.weights_epoch,
+            )
         if grow and rows0:  # every old slot sees the columns given back (a dummy's extra keys are never read)
             self.visible = pad_to(self.visible, 2, len0 + grow, left=True)
             self.visible[:, :, :grow] = True

@@ -10,8 +10,9 @@ those of rows that hold the head themselves.
 
 The head is the longest common prefix of the prompts in the batch, one position short of the shortest (each
 row keeps at least its last prompt position). Admitting prompts that share less shrinks it: the positions it
-gives up are written back into the old rows' columns, as admission rebuilds the cache anyway. A batch that
-empties starts over. Heads shorter than `MIN_HEAD` positions are not kept (not worth a separate attention).
+gives up are written back into the old rows' columns, as admission rebuilds the cache anyway. Prompts admitted
+after a weight update (the batch's `weights_epoch` moved) share none of a head built before it. A batch that
+empties starts over; one whose rows share no head keeps none until then. Heads shorter than `MIN_HEAD` positions are not kept (not worth a separate attention).
 
 Shape legend: K kv heads, P head positions, D head dim.
 """
