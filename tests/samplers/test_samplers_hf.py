@@ -509,23 +509,29 @@ def test_the_shared_head_shrinks_as_prompts_sharing_less_join(sampler: HFSampler
 
 
 def test_prompts_admitted_after_a_weight_update_share_no_head(sampler: HFSampler, prompt: list[int]) -> None:
-    """The head's KV is the weights' of its admission: after `weights_epoch` moves, new prompts share none of it
-    (the old rows take it back into their columns) and every row still decodes as alone."""
+    """A prompt that shares all of the head joins it as it is; the head's KV is the weights' of its admission: after
+    `weights_epoch` moves, new prompts share none of it (the old rows take it back into their columns). Every row
+    decodes as alone."""
     model = sampler.model
     spec = DecodeSpec(eos_ids=frozenset(), max_positions=1 << 20, decode=lambda ids: "")
     batch = RunningBatch(model, spec, torch.device("cpu"))
     reqs = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=9)) for _ in range(2)]
+    same = [SampleRequest(prompt, SamplingParams(temperature=1.0, max_tokens=6))]  # joins: the head is kept as it is
     late = [SampleRequest(prompt[:30], SamplingParams(temperature=1.0, max_tokens=5))]
-    rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), i)) for i, r in enumerate(reqs + late)]
+    every = reqs + same + late
+    rows = [RowState(r.params, make_generator(r.params, torch.device("cpu"), i)) for i, r in enumerate(every)]
     with torch.inference_mode():
         batch.admit(reqs, rows[:2])
         assert batch.head_len == len(prompt) - 1
         batch.step()
+        batch.admit(same, rows[2:3])
+        assert batch.head_len == len(prompt) - 1
+        batch.step()
         batch.weights_epoch = 1
-        batch.admit(late, rows[2:])
+        batch.admit(late, rows[3:])
         assert batch.head_len == 0
         _drain(batch)
-    for row, req, seed in zip(rows, reqs + late, [0, 1, 2], strict=True):
+    for seed, (row, req) in enumerate(zip(rows, every, strict=True)):
         _assert_same(row, _alone(model, req, seed))
 
 

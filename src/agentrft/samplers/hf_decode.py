@@ -289,7 +289,7 @@ class RunningBatch:
         # Layer by layer, each old layer and each prompt's layer KV is dropped once copied, so the copy costs one
         # layer's worth of memory on top of the cache, not a second cache (a failed admission fails the batch).
         old: list[Any] = self.cache.layers if self.cache is not None else []
-        old_head = self.head.layers if self.head is not None and self.cache is not None else []
+        old_head = list(self.head.layers) if self.head is not None and self.cache is not None else []  # popped below
         self.cache = None
         prompt_kv = [[kv[layer] for kv in caches] for layer in range(len(caches[0]))]  # [layer][prompt] (k, v)
         del caches
