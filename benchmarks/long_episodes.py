@@ -109,6 +109,9 @@ def main() -> None:
             progress=False,
         )
         wall = time.perf_counter() - t0
+        # episodes that ended on an error (a failed engine batch fails every row in it, and a short episode is a
+        # cheap one): a run with any is no measurement of the engine
+        errored = store.query_trajectories(status="error")
         store.close()
     st = {"prefill_s": 0.0, "decode_s": 0.0, "kv_positions": 0, "kv_used_positions": 0, **sampler.stats}
     engine_s = st["prefill_s"] + st["decode_s"] or wall  # engines before these counters: the wall time
@@ -118,6 +121,8 @@ def main() -> None:
         "label": args.label,
         "level": args.level,
         "episodes": result.n_trajectories,
+        "errored_episodes": len(errored),
+        "first_error": errored[0].error if errored else None,
         "pass@1": round(result.pass_at_k[1], 3),
         "wall_s": round(wall, 1),
         "load_s": round(load_s, 1),
