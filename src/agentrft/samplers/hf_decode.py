@@ -235,9 +235,9 @@ class RunningBatch:
             [0, *(r.params.max_tokens - len(r.token_ids) for r in self.rows), *(r.params.max_tokens for r in requests)]
         )
         grow = min(left, 2048, max(self.spec.max_positions - length - head, 0))  # a row stops at the model's positions
-        # each row counted with the head it sees: the bound admits what it would without a shared head (counting the
-        # head once let ~2x the rows in on level 3, whose prompts, prefilled whole before their columns are kept, and
-        # turns, competing for the prefix cache, then took more memory than the head saved), and the head saves memory
+        # each row counted with the head it sees: the bound admits what it would without a shared head, whose saving
+        # is then memory and decode reads (counting the head once would admit more rows, whose prompts are still
+        # prefilled whole before the head is cut off, and whose turns compete for the prefix cache)
         return rows * (head + length + width * grow)
 
     def _head_length(self, prompts: list[Any]) -> int:
