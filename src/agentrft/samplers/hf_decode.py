@@ -263,6 +263,7 @@ class RunningBatch:
         # the shared head after this admission (h positions) and what the old rows take back from it (grow)
         h, h0 = self._head_length(prompts), self.head_len
         grow = h0 - h if self.cache is not None else 0
+        new_head = grow > 0 or rows0 == 0  # else the head stays as it is
         cols = [n - h for n in lengths]  # the columns a new prompt's rows hold
         members: list[list[int]] = [[] for _ in prompts]
         for i, u in enumerate(src):
@@ -298,7 +299,7 @@ class RunningBatch:
             kv_u, old_layer = prompt_kv.pop(0), old.pop(0) if old else None
             head_kv = old_head.pop(0) if old_head else None
             like = kv_u[0][0]
-            bufs, head_bufs = [], []
+            bufs = []
             for which in (0, 1):
                 shape = (rows0 + len(row_prompt), like.shape[1], capacity, like.shape[3])
                 buf = like.new_empty(shape, dtype=self.kv_dtype or like.dtype)
@@ -312,19 +313,15 @@ class RunningBatch:
                 for c, u in enumerate(row_prompt):
                     buf[rows0 + c, :, length - cols[u] : length] = kv_u[u][which][0][:, h:]
                 bufs.append(buf)
-                if h:
-                    kept_head = head_kv[which] if head_kv is not None else kv_u[0][which].to(buf.dtype)
-                    head_bufs.append(kept_head if kept_head.shape[2] == h else kept_head[:, :, :h].clone())
+            if new_head and h:  # its first h positions: the old head's, or the first new prompt's in an empty batch
+                k, v = head_kv if head_kv is not None else kv_u[0]
+                head_layers.append((k[:, :, :h].to(bufs[0].dtype, copy=True), v[:, :, :h].to(bufs[1].dtype, copy=True)))
             del kv_u, old_layer, like, head_kv
             layers.append(RoomyLayer(bufs[0], bufs[1], length))
-            if h:
-                head_layers.append((head_bufs[0], head_bufs[1]))
         self.cache = cache_of(layers)
-        if h != h0 or rows0 == 0:
-            self.head, self._head_epoch = (
-                (SharedHead(list(prompts[0][:h]), head_layers) if h else None),
-                self.weights_epoch,
-            )
+        if new_head:
+            self.head = SharedHead(list(prompts[0][:h]), head_layers) if h else None
+            self._head_epoch = self.weights_epoch
         if grow and rows0:  # every old slot sees the columns given back (a dummy's extra keys are never read)
             self.visible = pad_to(self.visible, 2, len0 + grow, left=True)
             self.visible[:, :, :grow] = True
@@ -374,17 +371,9 @@ class RunningBatch:
         """The KV of cache row c's sequence (the shared head, then the row's columns `cols`) from position `start`
         on (the positions the prefix cache does not hold yet), per layer [1, H, head + len(cols) - start, D]
         (a copy)."""
-        h = self.head_len
-        at = cols[max(start - h, 0) :]
-        out: KV = []
-        for i, la in enumerate(self.cache.layers):
-            k, v = la.keys[c : c + 1, :, at], la.values[c : c + 1, :, at]
-            if start < h:
-                assert self.head is not None
-                hk, hv = self.head.layers[i]
-                k, v = torch.cat([hk[:, :, start:], k], dim=2), torch.cat([hv[:, :, start:], v], dim=2)
-            out.append((k, v))
-        return out
+        at = cols[max(start - self.head_len, 0) :]
+        row = [(la.keys[c : c + 1, :, at], la.values[c : c + 1, :, at]) for la in self.cache.layers]
+        return self.head.in_front(row, start) if self.head is not None and start < len(self.head) else row
 
     def _keep(self, keep: list[int]) -> None:
         """Keep only the rows at positions `keep`; free the others' slots."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from agentrft.samplers.prefix_cache import as_tokens, common_prefix_len
@@ -36,6 +37,14 @@ class SharedHead:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def in_front(self, row: list[tuple[Tensor, Tensor]], start: int) -> list[tuple[Tensor, Tensor]]:
+        """A row's KV (per layer (keys, values), each (1, K, T, D)) with the head's positions from `start` on in
+        front of it: the row's sequence as if it held the head itself."""
+        return [
+            (torch.cat([hk[:, :, start:], k], dim=2), torch.cat([hv[:, :, start:], v], dim=2))
+            for (hk, hv), (k, v) in zip(self.layers, row, strict=True)
+        ]
 
 
 def head_length(head: SharedHead | None, has_rows: bool, prompts: Sequence[Sequence[int]]) -> int:
