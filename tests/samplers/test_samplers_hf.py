@@ -570,9 +570,23 @@ def test_the_kv_estimate_is_the_cache_admission_builds_also_when_a_prompt_is_spl
             batch.admit(reqs, [RowState(r.params, None) for r in reqs])
             rows, width, length = batch.shape
             left = max(r.params.max_tokens - len(r.token_ids) for r in batch.rows)
-            assert estimate == rows * (batch.head_len + length + width * left)
+            assert estimate == batch.head_len + rows * (length + width * left)
         assert batch.shape[0] > 12 + 1  # the 8 requests of one prompt took more than one row: the case estimated
         _drain(batch)
+        # with a shared head (counted once, as it is stored), also once a prompt that shares less shrinks it
+        headed = RunningBatch(model, spec, torch.device("cpu"))
+        for reqs in (
+            [SampleRequest(prompt[: 30 + i], params) for i in range(4) for _ in range(2)],
+            [SampleRequest(prompt[:24], SamplingParams(temperature=0.0, max_tokens=7))],
+        ):
+            estimate = headed.positions_with(reqs)
+            headed.admit(reqs, [RowState(r.params, None) for r in reqs])
+            rows, width, length = headed.shape
+            left = max(r.params.max_tokens - len(r.token_ids) for r in headed.rows)
+            assert headed.head_len >= 16 and estimate == headed.head_len + rows * (length + width * left)
+            assert headed.cache_positions == headed.head_len + rows * length
+        assert headed.head_len == 23  # shrunk from 29 by the second admission
+        _drain(headed)
 
 
 def test_kv_budget_holds_requests_back_and_changes_no_result(prompt: list[int]) -> None:

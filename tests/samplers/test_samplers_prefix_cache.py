@@ -11,7 +11,7 @@ import torch
 from agentrft.samplers.base import SampleRequest, SamplingParams
 from agentrft.samplers.hf import HFSampler
 from agentrft.samplers.policies import tiny_model_and_tokenizer
-from agentrft.samplers.prefix_cache import PrefixCache, SharedPrefix, common_prefix_len, shared_prefixes
+from agentrft.samplers.prefix_cache import PrefixCache, SharedPrefix, as_tokens, common_prefix_len, shared_prefixes
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
 SYSTEM = (
@@ -262,18 +262,50 @@ def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:
     with torch.inference_mode():
         full, last = _prefill(model, ps, dev)
         # bases of different lengths (one from another prompt's cache, sliced), one row without a base
-        bases = [(None, 0)] * 4
+        bases: list = [(None, 0)] * 4
         bases[0] = ([(k[:, :, :20], v[:, :, :20]) for k, v in full[1]], 20)  # ps[1] shares >= 20 with ps[0]
         bases[1] = ([(k[:, :, :35], v[:, :, :35]) for k, v in full[1]], 35)
         n2 = len(ps[2]) - 1  # all but the last token
         bases[2] = ([(k[:, :, :n2], v[:, :, :n2]) for k, v in full[2]], n2)
         got, got_last = _prefill(model, ps, dev, bases)
+        # from a start inside the base (a copy), past it (a view of the chunk's columns), at 0 without a base
+        starts = [7, 36, n2 - 3, 0]
+        cut, _ = _prefill(model, ps, dev, bases, starts=starts)
     assert torch.allclose(got_last, last, atol=1e-4, rtol=0)
-    for a, b, p in zip(full, got, ps, strict=True):
-        assert len(a) == len(b) == 2
-        for (ka, va), (kb, vb) in zip(a, b, strict=True):
+    for a, b, c, p, start in zip(full, got, cut, ps, starts, strict=True):
+        assert len(a) == len(b) == len(c) == 2
+        for (ka, va), (kb, vb), (kc, vc) in zip(a, b, c, strict=True):
             assert ka.shape == kb.shape == (1, 2, len(p), 16)
             assert torch.allclose(ka, kb, atol=1e-4) and torch.allclose(va, vb, atol=1e-4)
+            assert kc.shape == (1, 2, len(p) - start, 16)
+            assert torch.allclose(kc, ka[:, :, start:], atol=1e-4) and torch.allclose(vc, va[:, :, start:], atol=1e-4)
+
+
+def test_a_prefill_chunk_holds_one_layer_of_its_past_at_a_time(model_tok, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk on one shared base builds each layer's past when the forward reaches that layer, and its cache keeps
+    only the new columns: no layer holds the base expanded to every row once its attention ran."""
+    from agentrft.samplers import hf_prefill
+
+    model, _ = model_tok
+    s = make(model_tok)
+    ps = prompts(s, QUESTIONS[:3])
+    dev = torch.device("cpu")
+    built: list[int] = []
+    caches: list = []
+    chunk_past, out_cache = hf_prefill._chunk_past, hf_prefill.out_cache
+    shared = min(common_prefix_len(as_tokens(ps[0]), as_tokens(p)) for p in ps)
+    with torch.inference_mode():
+        full, _ = hf_prefill._prefill(model, ps, dev)
+        base = [(k[:, :, :shared], v[:, :, :shared]) for k, v in full[0]]
+        monkeypatch.setattr(hf_prefill, "_chunk_past", lambda *a: built.append(a[3]) or chunk_past(*a))
+        monkeypatch.setattr(hf_prefill, "out_cache", lambda out: caches.append(out_cache(out)) or caches[-1])
+        got, _ = hf_prefill._prefill(model, ps, dev, [(base, shared)] * 3, starts=[shared] * 3)
+    assert built == list(range(len(full[0])))  # each layer's past once, in the forward's order
+    longest = max(map(len, ps)) - shared
+    assert len(caches) == 1 and all(la.keys.shape == (3, 2, longest, 16) for la in caches[0].layers)
+    for a, b in zip(full, got, strict=True):
+        for (ka, va), (kb, vb) in zip(a, b, strict=True):
+            assert torch.allclose(kb, ka[:, :, shared:], atol=1e-4) and torch.allclose(vb, va[:, :, shared:], atol=1e-4)
 
 
 def test_nested_shared_prefixes_in_one_round(model_tok) -> None:
@@ -367,9 +399,9 @@ def test_prefix_cache_entries_own_their_memory() -> None:
     assert pc.nbytes == 2 * 2 * (2 * 70 * 4) * 4
 
 
-def test_prefill_kv_owns_its_memory_in_the_cache_dtype(model_tok) -> None:
-    """Each prompt's KV from a chunked prefill is its own tensor (not a view that pins the chunk's padded cache)
-    and in the requested dtype; the values are those of the plain prefill."""
+def test_prefill_kv_is_in_the_cache_dtype(model_tok) -> None:
+    """Each prompt's KV from a chunked prefill is in the requested dtype (a tensor of its own when cast); the values
+    are those of the plain prefill."""
     from agentrft.samplers.hf_prefill import _prefill
 
     model, _ = model_tok
@@ -381,7 +413,7 @@ def test_prefill_kv_owns_its_memory_in_the_cache_dtype(model_tok) -> None:
         half, _ = _prefill(model, ps, dev, kv_dtype=torch.bfloat16)
     for a, b, p in zip(plain, half, ps, strict=True):
         for (ka, va), (kb, vb) in zip(a, b, strict=True):
-            assert _owns(ka) and _owns(va) and _owns(kb) and _owns(vb)
+            assert _owns(kb) and _owns(vb)
             assert kb.dtype == vb.dtype == torch.bfloat16 and kb.shape == ka.shape == (1, 2, len(p), 16)
             # two runs of the same forward: equal up to one bf16 rounding step should a kernel reorder a sum
             for got, want in ((kb, ka), (vb, va)):

@@ -213,11 +213,11 @@ class RunningBatch:
         return c * n + self.head_len
 
     def positions_with(self, requests: list[SampleRequest]) -> int:
-        """Cache positions (cache rows x length, the shared head included in each row's) the batch would reach with
-        `requests` admitted, before any row leaves: the live cache rows plus the rows `admit` gives the new prompts
-        (`_slot_width`: a prompt with more requests than slots takes several), all as long as the longest prompt,
-        grown by one column per slot for every token the longest reply may still sample. For bounding admissions,
-        not an allocation (which holds the head once: `cache_positions`)."""
+        """Cache positions (cache rows x length, and the shared head once, as `cache_positions` counts) the batch
+        would reach with `requests` admitted, before any row leaves: the live cache rows plus the rows `admit` gives
+        the new prompts (`_slot_width`: a prompt with more requests than slots takes several), all as long as the
+        longest prompt, grown by one column per slot for every token the longest reply may still sample. For
+        bounding admissions, not an allocation."""
         live_rows = len({c for c, _ in self.slot})
         _, width0, length = self.shape if self.cache is not None else (0, 0, 0)
         counts: dict[tuple[int, ...], int] = {}
@@ -235,10 +235,9 @@ class RunningBatch:
             [0, *(r.params.max_tokens - len(r.token_ids) for r in self.rows), *(r.params.max_tokens for r in requests)]
         )
         grow = min(left, 2048, max(self.spec.max_positions - length - head, 0))  # a row stops at the model's positions
-        # each row counted with the head it sees: the bound admits what it would without a shared head, whose saving
-        # is then memory and decode reads (counting the head once would admit more rows, whose prompts are still
-        # prefilled whole before the head is cut off, and whose turns compete for the prefix cache)
-        return rows * (head + length + width * grow)
+        # the head counted once, as it is stored: the bound is on the KV the batch holds, so the head's saving
+        # becomes more rows per decode step
+        return head + rows * (length + width * grow)
 
     def _head_length(self, prompts: list[Any]) -> int:
         if not self.share_head or (self.head is not None and self._head_epoch != self.weights_epoch):
@@ -257,13 +256,16 @@ class RunningBatch:
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]
         prompts = [list(p) for p in distinct]
         lengths = [len(p) for p in prompts]
-        caches, last = self._prefill_prompts(prompts)
-        self.prefills += len(prompts)
         rows0, width0, len0 = self.shape if self.cache is not None else (0, 0, 0)
         # the shared head after this admission (h positions) and what the old rows take back from it (grow)
         h, h0 = self._head_length(prompts), self.head_len
         grow = h0 - h if self.cache is not None else 0
         new_head = grow > 0 or rows0 == 0  # else the head stays as it is
+        # each prompt's KV from the head on: its rows hold only that (the first whole, when it gives an empty
+        # batch its head), so no prompt's copy of the head is made at all
+        starts = [0 if u == 0 and self.cache is None else h for u in range(len(prompts))]
+        caches, last = self._prefill_prompts(prompts, starts)
+        self.prefills += len(prompts)
         cols = [n - h for n in lengths]  # the columns a new prompt's rows hold
         members: list[list[int]] = [[] for _ in prompts]
         for i, u in enumerate(src):
@@ -311,7 +313,7 @@ class RunningBatch:
                         assert head_kv is not None
                         buf[: len(old_rows), :, length - len0 - grow : length - len0] = head_kv[which][:, :, h:h0]
                 for c, u in enumerate(row_prompt):
-                    buf[rows0 + c, :, length - cols[u] : length] = kv_u[u][which][0][:, h:]
+                    buf[rows0 + c, :, length - cols[u] : length] = kv_u[u][which][0][:, h - starts[u] :]
                 bufs.append(buf)
             if new_head and h:  # its first h positions: the old head's, or the first new prompt's in an empty batch
                 k, v = head_kv if head_kv is not None else kv_u[0]
@@ -341,10 +343,11 @@ class RunningBatch:
         self.kv_positions += self.cache_positions
         self.kv_used_positions += int(self.visible.any(dim=1).sum()) + self.head_len
 
-    def _prefill_prompts(self, prompts: list[list[int]]) -> tuple[list[KV], torch.Tensor]:
-        """Prefill distinct prompts, running each shared or cached prefix through the model once."""
+    def _prefill_prompts(self, prompts: list[list[int]], starts: list[int]) -> tuple[list[KV], torch.Tensor]:
+        """Prefill distinct prompts, running each shared or cached prefix through the model once; each prompt's KV
+        from `starts[u]` on."""
         caches, last, computed, reused = prefill_prompts(
-            self.model, prompts, self.device, self.prefix_cache, self.kv_dtype
+            self.model, prompts, self.device, self.prefix_cache, self.kv_dtype, starts
         )
         self.prefill_tokens += computed
         self.reused_tokens += reused

@@ -6,11 +6,15 @@ Shape legend: U distinct prompts, V vocabulary, H kv heads, P prompt length, D h
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
+from agentrft.samplers.kv_cache import cache_of
 from agentrft.samplers.prefix_cache import (
     KV,
     PrefixCache,
@@ -18,7 +22,6 @@ from agentrft.samplers.prefix_cache import (
     SharedPrefix,
     as_prefix,
     as_tokens,
-    owned,
     shared_prefixes,
 )
 
@@ -53,26 +56,55 @@ def _prefill_chunks(lengths: list[int], max_tokens: int = 16384, max_waste: floa
     return chunks
 
 
+class _PastOnceLayer(DynamicLayer):
+    """A prefill chunk's cache layer over a past that `past()` builds only when the layer runs: the past and the
+    new columns are joined for this layer's attention alone, and the layer keeps only the new columns. A plain
+    `DynamicLayer` built from the chunk's past holds every layer's past and its concatenation with the new
+    columns at once until the chunk is done (16 level-3 prompts on one 2.1k-token prefix: 1.5 GB of copies in
+    fp32, where the shared prefix itself is an expanded view)."""
+
+    def __init__(self, past: Callable[[], tuple[torch.Tensor, torch.Tensor]], past_len: int) -> None:
+        super().__init__()
+        self._past: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = past
+        self._past_len = past_len
+
+    def get_seq_length(self) -> int:
+        return self._past_len + (int(self.keys.shape[-2]) if self.keys is not None and self.is_initialized else 0)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._past is None:
+            raise RuntimeError("a prefill chunk's layer runs once")
+        past_k, past_v = self._past()
+        self._past = None
+        self.device, self.is_initialized = key_states.device, True
+        self.keys, self.values = key_states, value_states
+        return torch.cat([past_k, key_states], dim=2), torch.cat([past_v, value_states], dim=2)
+
+
 def _prefill(
     model: Any,
     prompts: list[list[int]],
     device: torch.device,
     bases: list[Base] | None = None,
     kv_dtype: torch.dtype | None = None,
+    starts: list[int] | None = None,
 ) -> tuple[list[KV], torch.Tensor]:
     """Prefill the prompts in length-bucketed, left-padded chunks.
 
     `bases[u]` = (kv, m): the KV [1,H,m,D] per layer of prompt u's first m tokens (or a cached
     `PrefixKV` of them), already computed (a shared or cached prefix); then only `prompts[u][m:]` runs
-    through the model. Returns per-prompt per-layer (k, v) of shape [1,H,P,D]
-    (padding cut off), each in its own storage and in `kv_dtype` (None: as the layers
-    made them; under bf16 autocast the rotated keys come out fp32), and the
-    last-position logits [U, V]. A chunk's cache (its padding, the shared base
-    expanded to every row) is freed when the chunk is done.
+    through the model. Returns per-prompt per-layer (k, v) of the positions from `starts[u]` on (default 0),
+    shape [1,H,P-start,D] (padding cut off), in `kv_dtype` (None: as the layers made them; under bf16
+    autocast the rotated keys come out fp32), and the last-position logits [U, V]. A prompt's positions past
+    its base are views of its chunk's columns (the chunk's suffixes, at most `_prefill_chunks`' padding: a
+    caller that keeps them copies them, as the batch and the prefix cache do); one that starts inside its
+    base is a copy. A chunk's past (its bases, expanded or left-padded per row) is built one layer at a time
+    as the forward reaches it (`_PastOnceLayer`).
     """
-    from transformers import DynamicCache
-
     bases = bases or [(None, 0)] * len(prompts)
+    starts = starts or [0] * len(prompts)
     base_lens = [m for _, m in bases]
     prefixes = [None if kv is None else as_prefix(kv) for kv, _ in bases]
     lengths = [len(p) - m for p, m in zip(prompts, base_lens, strict=True)]  # what each prompt still prefills
@@ -96,37 +128,72 @@ def _prefill(
         if m_max:
             # Prefixes sit right-aligned before the suffixes: [pad | base | pad | suffix]; the mask
             # hides both pads. A chunk sharing one base (a group's prefix) expands it, no copy.
-            first = bases[chunk[0]][0]
-            shared = prefixes[chunk[0]]
-            if shared is not None and all(bases[u][0] is first for u in chunk):
-                past = [
-                    (k.expand(len(chunk), -1, -1, -1), v.expand(len(chunk), -1, -1, -1))
-                    for k, v in shared.materialize()
-                ]
-            else:
-                rows = [prefixes[u] for u in chunk]
-                like = next(r for r in rows if r is not None)
-                past = [
-                    (
-                        torch.cat([_left_pad_base(r, like, layer, 0, m_max) for r in rows]),
-                        torch.cat([_left_pad_base(r, like, layer, 1, m_max) for r in rows]),
-                    )
+            rows = [prefixes[u] for u in chunk]
+            like = next(r for r in rows if r is not None)
+            one = all(bases[u][0] is bases[chunk[0]][0] for u in chunk)  # one base object for the whole chunk
+            kwargs[cache_kw(model)] = cache_of(
+                [
+                    _PastOnceLayer(functools.partial(_chunk_past, rows, one, like, layer, m_max), m_max)
                     for layer in range(len(like.parts[0]))
                 ]
-            kwargs[cache_kw(model)] = DynamicCache(ddp_cache_data=past)
+            )
         out = model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **kwargs)
         layers = out_cache(out).layers
         for j, u in enumerate(chunk):
-            m, n = base_lens[u], lengths[u]
+            m, n, start = base_lens[u], lengths[u], starts[u]
             caches[u] = [
                 (
-                    owned(_real(la.keys, j, m_max, m, s_max, n), kv_dtype),
-                    owned(_real(la.values, j, m_max, m, s_max, n), kv_dtype),
+                    _in(_from(la.keys, prefixes[u], layer, 0, j, m, s_max - n, start), kv_dtype),
+                    _in(_from(la.values, prefixes[u], layer, 1, j, m, s_max - n, start), kv_dtype),
                 )
-                for la in layers
+                for layer, la in enumerate(layers)
             ]
             last[u] = out.logits[j, -1]
     return caches, torch.stack(last)
+
+
+def _chunk_past(
+    rows: list[PrefixKV | None], one: bool, like: PrefixKV, layer: int, m_max: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's past keys and values of a prefill chunk, [rows, H, m_max, D]: `one` base shared by every row
+    (`like`) expanded, else each row's base left-padded to m_max."""
+    if one:
+        k, v = (_joined(like.segments(layer, which)) for which in (0, 1))
+        return k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1)
+    return (
+        torch.cat([_left_pad_base(r, like, layer, 0, m_max) for r in rows]),
+        torch.cat([_left_pad_base(r, like, layer, 1, m_max) for r in rows]),
+    )
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+def _from(
+    new: torch.Tensor, base: PrefixKV | None, layer: int, which: int, j: int, m: int, pad: int, start: int
+) -> torch.Tensor:
+    """Row j's positions from `start` on: its base's first m (from `base`) then its suffix (the chunk's new
+    columns `new` after `pad` left padding), [1, H, m + n - start, D]; a view when it starts past the base."""
+    suffix = new[j : j + 1, :, pad + max(start - m, 0) :]
+    if start >= m or base is None:
+        return suffix
+    return torch.cat([*_segments_from(base, layer, which, start), suffix], dim=2)
+
+
+def _segments_from(base: PrefixKV, layer: int, which: int, start: int) -> list[torch.Tensor]:
+    """A base's layer keys (which=0) or values (1) from position `start` on, part by part (views)."""
+    out, at = [], 0
+    for seg in base.segments(layer, which):
+        t = int(seg.shape[2])
+        if at + t > start:
+            out.append(seg[:, :, max(start - at, 0) :])
+        at += t
+    return out
+
+
+def _in(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t if dtype is None or t.dtype == dtype else t.to(dtype, memory_format=torch.contiguous_format)
 
 
 def _by_depth(tree: list[SharedPrefix]) -> list[list[int]]:
@@ -160,26 +227,21 @@ def _left_pad_base(base: PrefixKV | None, like: PrefixKV, layer: int, which: int
     return torch.cat([ref.new_zeros(1, ref.shape[1], pad, ref.shape[3]), *parts] if pad else parts, dim=2)
 
 
-def _real(t: torch.Tensor, j: int, m_max: int, m: int, s_max: int, n: int) -> torch.Tensor:
-    """Row j's real positions of a [pad | base(m) | pad | suffix(n)] cache: [1,H,m+n,D]."""
-    if m == 0 or n == s_max:  # one contiguous run: a view
-        return t[j : j + 1, :, m_max + s_max - n - m :] if n == s_max else t[j : j + 1, :, m_max + s_max - n :]
-    return torch.cat([t[j : j + 1, :, m_max - m : m_max], t[j : j + 1, :, m_max + s_max - n :]], dim=2)
-
-
 def prefill_prompts(
     model: Any,
     prompts: list[list[int]],
     device: torch.device,
     prefix_cache: PrefixCache | None,
     kv_dtype: torch.dtype | None = None,
+    starts: list[int] | None = None,
 ) -> tuple[list[KV], torch.Tensor, int, int]:
     """Prefill distinct prompts, running each shared or cached prefix through the model once. Returns each
-    prompt's KV [1,H,P,D] per layer (in `kv_dtype`, see `_prefill`), the last-position logits [U, V], and how
-    many prompt positions ran through the model and how many were taken from a shared or cached prefix."""
+    prompt's KV per layer from position `starts[u]` on (default 0; in `kv_dtype`, see `_prefill`), the
+    last-position logits [U, V], and how many prompt positions ran through the model and how many were taken
+    from a shared or cached prefix."""
     pc = prefix_cache
     if pc is None or not pc.enabled:
-        caches, last = _prefill(model, prompts, device, kv_dtype=kv_dtype)
+        caches, last = _prefill(model, prompts, device, kv_dtype=kv_dtype, starts=starts)
         return caches, last, sum(map(len, prompts)), 0
     computed = reused = 0
     arrs = [as_tokens(p) for p in prompts]
@@ -209,5 +271,5 @@ def prefill_prompts(
                     bases[u] = heads[i]
     computed += sum(len(p) - m for p, (_, m) in zip(prompts, bases, strict=True))
     reused += sum(m for _, m in bases)
-    caches, last = _prefill(model, prompts, device, bases, kv_dtype)
+    caches, last = _prefill(model, prompts, device, bases, kv_dtype, starts)
     return caches, last, computed, reused
