@@ -42,14 +42,6 @@ def matmul_gflops(dtype: torch.dtype, n: int = 1024, reps: int = 8) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def kv_bytes_per_position(sampler: Any) -> int:
-    """Bytes one cache position holds: keys and values of every layer, in the engine's KV dtype."""
-    cfg = sampler.model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    size = 2 if sampler.precision == "bf16" else 4
-    return cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * size
-
-
 def parse_sets(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -137,7 +129,7 @@ def main() -> None:
         "decode_s": round(st["decode_s"], 1),
         "trim_s": round(st.get("trim_s", 0.0), 2),
         "kv_peak_positions": st.get("kv_peak_positions"),
-        "kv_peak_mib": round(st.get("kv_peak_positions", 0) * kv_bytes_per_position(sampler) / 2**20),
+        "kv_peak_mib": round(st.get("kv_peak_positions", 0) * getattr(sampler, "position_bytes", 0) / 2**20),
         "kv_wait_steps": st.get("kv_wait_steps"),
         "model_dtype": str(next(sampler.model.parameters()).dtype),
         "matmul_gflops_bf16": round(peak_bf16, 1),
@@ -149,6 +141,9 @@ def main() -> None:
         "engine_precision": sampler.precision,
         "frozen": getattr(sampler, "frozen", False),
         "fraction_of_engine_bound": round(achieved / (peak_bf16 if sampler.precision == "bf16" else peak_fp32), 4),
+        # the engine's budgets (by default sized in memory: samplers.hf.KV_BUDGET_MIB)
+        "kv_budget_positions": getattr(sampler, "max_kv_positions", None),
+        "prefix_cache_budget_positions": sampler.prefix_cache.max_tokens,
         "prefix_cache": dict(sampler.prefix_cache.stats),
         "prefix_cache_mib_at_end": round(sampler.prefix_cache.nbytes / 2**20),  # with the batch KV: the engine's share
         # distinct positions (a shared prefix counts once) and the cached sequences (token runs) they serve

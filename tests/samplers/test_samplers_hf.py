@@ -589,6 +589,28 @@ def test_the_kv_estimate_is_the_cache_admission_builds_also_when_a_prompt_is_spl
         _drain(headed)
 
 
+def test_default_kv_budgets_are_one_size_in_memory_whatever_the_kv_format() -> None:
+    """Both KV budgets default to the positions `KV_BUDGET_MIB` holds in the engine's KV format: an fp32 engine
+    gets half the positions of a bf16 one, so it uses no more memory."""
+    from agentrft.samplers.hf import KV_BUDGET_MIB
+    from agentrft.samplers.kv_cache import position_bytes
+
+    model, tok = tiny_model_and_tokenizer()
+    cfg = model.config
+    per_fp32 = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    assert position_bytes(cfg, 4) == per_fp32
+    fp32 = HFSampler(model, tok, policy="tiny")
+    bf16 = HFSampler(model, tok, policy="tiny", precision="bf16")
+    given = HFSampler(model, tok, policy="tiny", max_kv_positions=100, prefix_cache_tokens=50)
+    try:
+        assert fp32.max_kv_positions == KV_BUDGET_MIB * 2**20 // per_fp32 == fp32.prefix_cache.max_tokens
+        assert bf16.max_kv_positions == KV_BUDGET_MIB * 2**20 // (per_fp32 // 2) == bf16.prefix_cache.max_tokens
+        assert given.max_kv_positions == 100 and given.prefix_cache.max_tokens == 50
+    finally:
+        for s in (fp32, bf16, given):
+            s.close()
+
+
 def test_kv_budget_holds_requests_back_and_changes_no_result(prompt: list[int]) -> None:
     model, tok = tiny_model_and_tokenizer()
     reqs = [

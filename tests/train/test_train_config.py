@@ -128,3 +128,10 @@ def test_the_engine_memory_bounds_are_config_options_that_reach_the_sampler(tmp_
     assert "max_kv_positions" not in load_config("demo", ["policy.sampler=reference"]).policy.sampler_options()
     with pytest.raises(ConfigError, match="policy.sampler_kv_positions"):
         load_config("demo", ["policy.sampler_kv_positions=0"])
+    with pytest.raises(ConfigError, match="policy.sampler_prefix_cache_tokens"):
+        load_config("demo", ["policy.sampler_prefix_cache_tokens=-1"])
+    # by default both are sized in memory by the engine (`samplers.hf.KV_BUDGET_MIB`)
+    defaults = load_config("demo").policy.sampler_options()
+    assert defaults["max_kv_positions"] == defaults["prefix_cache_tokens"] == "auto"
+    again = load_config("demo", ["policy.sampler_kv_positions=auto"]).policy.sampler_options()
+    assert again["max_kv_positions"] == "auto"

@@ -7,7 +7,8 @@ decodes them together. While decoding it admits newly arrived requests between
 steps and hands each finished request back the moment it finishes, so a short
 reply never waits for a long one and the event loop stays free for tool calls.
 Admissions are bounded by `max_kv_positions` (the batch cache's rows x length,
-left padding included, as it will stand once the longest reply is sampled): a
+left padding included, as it will stand once the longest reply is sampled, and
+the shared head once; by default the positions `KV_BUDGET_MIB` holds): a
 request that would outgrow it waits, in arrival order, until rows finish, so
 long episodes (levels 3-4 of finqa-lite: 3-8k tokens each) run a few at a time
 instead of 32 rows padded to the longest.
@@ -31,7 +32,7 @@ whatever their `group_key`, and decode from one stored copy of their KV (see
 prefix (the environment's system prompt and examples, a group's question) have
 that prefix prefilled once, and it stays in an LRU prefix KV cache (a radix tree:
 each shared position stored once)
-(`prefix_cache_tokens` positions; 0 turns it off) that later admissions and
+(`prefix_cache_tokens` positions, by default what `KV_BUDGET_MIB` holds; 0 turns it off) that later admissions and
 later turns reuse; a finished request's prompt and reply go there too, so an
 episode's next turn prefills only what was appended (see `prefix_cache`). The cache holds KV of the current weights only: `weights_updated`
 is the one signal that they changed, and `paused()` frees the cache's memory for
@@ -53,7 +54,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.samplers.inprocess import InProcessPolicy
@@ -77,6 +78,13 @@ class _Pending:
     seed: int
 
 
+# The default ("auto") size of each of the engine's two KV stores, the batch cache and the prefix cache, in memory:
+# 32,768 positions of SmolLM2-135M's KV in bf16 (22.5 KiB a position), 16,384 in fp32, so an engine that computes
+# in fp32 (a CPU without native bf16) holds no more than one in bf16. 64 level-3 episodes on the 2-core Zen 2 in
+# fp32: 4.9 GiB peak RSS at 32,768 positions each, 2.5-2.9 GiB at 16,384 (benchmarks/long_episodes.py).
+KV_BUDGET_MIB = 720
+
+
 class HFSampler(InProcessPolicy):
     """`TrainablePolicy` over a Hugging Face causal LM and its tokenizer: the continuous-batching engine."""
 
@@ -87,14 +95,14 @@ class HFSampler(InProcessPolicy):
         policy: str,
         *,
         max_batch_size: int = 32,
-        max_kv_positions: int | None = 32768,
+        max_kv_positions: int | Literal["auto"] | None = "auto",
         device: str = "cpu",
         dtype: Any = None,
         batch_wait_s: float = 0.005,
         admit_fraction: float = 0.25,
         admit_max_wait_s: float = 0.5,
         policy_version: int = 0,
-        prefix_cache_tokens: int = 32768,
+        prefix_cache_tokens: int | Literal["auto"] = "auto",
         prefix_min_tokens: int = 64,
         remember_turns: bool = True,
         precision: str = "fp32",
@@ -103,16 +111,23 @@ class HFSampler(InProcessPolicy):
     ) -> None:
         import torch
 
+        from agentrft.samplers.kv_cache import position_bytes
         from agentrft.samplers.prefix_cache import PrefixCache
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
-        if max_kv_positions is not None and max_kv_positions < 1:
-            raise ValueError(f"max_kv_positions must be >= 1 (or None: unbounded), got {max_kv_positions}")
+        if max_kv_positions is not None and max_kv_positions != "auto" and max_kv_positions < 1:
+            raise ValueError(f"max_kv_positions must be >= 1, auto or None (unbounded), got {max_kv_positions}")
         enable_sdpa_gqa()
         super().__init__(model, tokenizer, policy, device=device, dtype=dtype, policy_version=policy_version)
+        # bytes of one KV position in the engine's KV dtype (bf16 under bf16 compute, else the model's)
+        element = 2 if precision == "bf16" else next(self.model.parameters()).element_size()
+        self.position_bytes = position_bytes(self.model.config, element)
+        auto = max(1, KV_BUDGET_MIB * 2**20 // self.position_bytes)
+        max_kv_positions = auto if max_kv_positions == "auto" else max_kv_positions
+        prefix_cache_tokens = auto if prefix_cache_tokens == "auto" else prefix_cache_tokens
         # decode steps fold grouped-query heads into query rows (`samplers/attention.py`); a LoRA wrapper's base
         # model is the one switched; a model that cannot switch samples on plain SDPA
         from agentrft.samplers.attention import use_agentrft_attention
@@ -126,7 +141,7 @@ class HFSampler(InProcessPolicy):
             store_in_compute_dtype(self.model, torch.bfloat16)
         self.max_batch_size = max_batch_size
         self.share_head = share_head  # the batch's common prompt prefix stored once (`samplers/shared_head.py`)
-        # Bound on the batch's KV cache (cache rows x the positions each sees, padding and the shared head included;
+        # Bound on the batch's KV cache (cache rows x their length, padding included, and the shared head once;
         # see RunningBatch.positions_with):
         # long episodes admitted together all pad to the longest, and 32 rows of 8k positions are 12 GB in fp32.
         self.max_kv_positions = max_kv_positions

@@ -56,6 +56,14 @@ class RoomyLayer(DynamicLayer):
         self._views()
 
 
+def position_bytes(config: Any, element_size: int) -> int:
+    """Bytes one KV cache position of a model holds: keys and values of every layer, `element_size` bytes each."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    return int(cfg.num_hidden_layers * 2 * kv_heads * head_dim * element_size)
+
+
 def cache_of(layers: Sequence[DynamicLayer]) -> Any:
     """A `DynamicCache` over these layers."""
     from transformers import DynamicCache

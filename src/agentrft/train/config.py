@@ -20,7 +20,7 @@ import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -64,18 +64,18 @@ class PolicyConfig(_Cfg):
         "fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast every "
         "decode step)",
     )
-    sampler_kv_positions: int | None = Field(
-        default=32768,
-        ge=1,
-        description="the engine's bound on its batch KV cache (rows x length positions; None: unbounded): requests "
-        "wait for room rather than grow it; with the prefix cache, what bounds the sampler's memory on long "
-        "multi-turn episodes (a position of SmolLM2-135M's KV is 30 KiB in bf16)",
+    sampler_kv_positions: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default="auto",
+        description="the engine's bound on its batch KV cache (rows x length positions, the shared head once; auto: "
+        "the positions 720 MiB holds, `samplers.hf.KV_BUDGET_MIB`, e.g. SmolLM2-135M's 32,768 in bf16 and 16,384 in "
+        "fp32 at 22.5 / 45 KiB a position; None: unbounded): requests wait for room rather than grow it; with the "
+        "prefix cache, what bounds the sampler's memory on long multi-turn episodes",
     )
-    sampler_prefix_cache_tokens: int = Field(
-        default=32768,
-        ge=0,
+    sampler_prefix_cache_tokens: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
         description="positions of KV the engine keeps for shared prompt prefixes and finished turns, reused by "
-        "later requests that extend them; 0 turns the prefix cache off",
+        "later requests that extend them (auto: as many as 720 MiB holds, like sampler_kv_positions); 0 turns "
+        "the prefix cache off",
     )
     finetune: Literal["full", "lora"] = Field(default="lora", description="train all weights or a LoRA adapter (peft)")
     lora_r: int = Field(default=16, ge=1)
