@@ -586,6 +586,14 @@ def test_the_kv_estimate_is_the_cache_admission_builds_also_when_a_prompt_is_spl
             assert headed.head_len >= 16 and estimate == headed.head_len + rows * (length + width * left)
             assert headed.cache_positions == headed.head_len + rows * length
         assert headed.head_len == 23  # shrunk from 29 by the second admission
+        # after a weight update the head is not shared with new prompts: the estimate counts it in every row
+        headed.weights_epoch += 1
+        reqs = [SampleRequest(prompt[:26], params)]
+        estimate = headed.positions_with(reqs)
+        headed.admit(reqs, [RowState(r.params, None) for r in reqs])
+        rows, width, length = headed.shape
+        left = max(r.params.max_tokens - len(r.token_ids) for r in headed.rows)
+        assert headed.head_len == 0 and estimate == rows * (length + width * left) == headed.positions_with([])
         _drain(headed)
 
 

@@ -126,9 +126,11 @@ def test_the_engine_memory_bounds_are_config_options_that_reach_the_sampler(tmp_
     unbounded = load_config("demo", ["policy.sampler_kv_positions=null"]).policy.sampler_options()
     assert unbounded["max_kv_positions"] is None
     assert "max_kv_positions" not in load_config("demo", ["policy.sampler=reference"]).policy.sampler_options()
-    with pytest.raises(ConfigError, match="policy.sampler_kv_positions"):
+    with pytest.raises(ConfigError, match=r"policy.sampler_kv_positions: must be >= 1, auto or null .* got 0$"):
         load_config("demo", ["policy.sampler_kv_positions=0"])
-    with pytest.raises(ConfigError, match="policy.sampler_prefix_cache_tokens"):
+    with pytest.raises(ConfigError, match="policy.sampler_kv_positions"):
+        load_config("demo", ["policy.sampler_kv_positions=lots"])
+    with pytest.raises(ConfigError, match="policy.sampler_prefix_cache_tokens: must be >= 0"):
         load_config("demo", ["policy.sampler_prefix_cache_tokens=-1"])
     # by default both are sized in memory by the engine (`samplers.hf.KV_BUDGET_MIB`)
     defaults = load_config("demo").policy.sampler_options()

@@ -300,6 +300,10 @@ class HFSampler(InProcessPolicy):
                         _resolve(pending.popleft(), exc=start_failed)
                     continue
             admit: list[_Pending] = []
+            # the weights the next admission's prompts are prefilled with: a head built before them is not theirs,
+            # which the budget's estimate below must know too (else it counts a stale head once that admission
+            # then copies into every row)
+            batch.weights_epoch = self._weights_epoch
             # Joining a running batch copies its whole cache: wait until a quarter of its size is
             # waiting, or the oldest request has waited admit_max_wait_s.
             wait = (
@@ -328,7 +332,6 @@ class HFSampler(InProcessPolicy):
                 if admit:
                     if self.prefix_cache.enabled:
                         self.prefix_cache.validate(self._weights_epoch)
-                    batch.weights_epoch = self._weights_epoch  # nor is the batch's shared head reused across it
                     rows = [
                         RowState(p.request.params, make_generator(p.request.params, self.device, p.seed), owner=p)
                         for p in admit

@@ -20,10 +20,10 @@ import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 from agentrft.precision import Precision
@@ -64,14 +64,14 @@ class PolicyConfig(_Cfg):
         "fine-tuning (autocast caches casts of trainable weights only, so LoRA's frozen base is recast every "
         "decode step)",
     )
-    sampler_kv_positions: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+    sampler_kv_positions: int | Literal["auto"] | None = Field(
         default="auto",
         description="the engine's bound on its batch KV cache (rows x length positions, the shared head once; auto: "
         "the positions 720 MiB holds, `samplers.hf.KV_BUDGET_MIB`, e.g. SmolLM2-135M's 32,768 in bf16 and 16,384 in "
         "fp32 at 22.5 / 45 KiB a position; None: unbounded): requests wait for room rather than grow it; with the "
         "prefix cache, what bounds the sampler's memory on long multi-turn episodes",
     )
-    sampler_prefix_cache_tokens: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+    sampler_prefix_cache_tokens: int | Literal["auto"] = Field(
         default="auto",
         description="positions of KV the engine keeps for shared prompt prefixes and finished turns, reused by "
         "later requests that extend them (auto: as many as 720 MiB holds, like sampler_kv_positions); 0 turns "
@@ -102,6 +102,20 @@ class PolicyConfig(_Cfg):
         description="bf16 autocast with fp32 master weights, or fp32; auto = bf16 when the CPU multiplies bf16 "
         "natively (avx512_bf16 or AMX), else fp32 (agentrft.precision)",
     )
+
+    @field_validator("sampler_kv_positions")
+    @classmethod
+    def _kv_positions(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be >= 1, auto or null (unbounded), got {v}")
+        return v
+
+    @field_validator("sampler_prefix_cache_tokens")
+    @classmethod
+    def _prefix_cache_tokens(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"must be >= 0 (0: no prefix cache) or auto, got {v}")
+        return v
 
     @model_validator(mode="after")
     def _freeze_is_full(self) -> PolicyConfig:
