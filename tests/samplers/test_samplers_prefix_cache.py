@@ -281,6 +281,29 @@ def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:
             assert torch.allclose(kc, ka[:, :, start:], atol=1e-4) and torch.allclose(vc, va[:, :, start:], atol=1e-4)
 
 
+def test_prefill_from_a_start_inside_any_part_of_a_cached_prefix(model_tok) -> None:
+    """A base of several parts (the radix tree's nodes on a prompt's path): the KV from a start in its first or a
+    later part, or past it, is the plain prefill's from there, as is one from a start > 0 without a base."""
+    from agentrft.samplers.hf_prefill import _prefill
+    from agentrft.samplers.prefix_cache import PrefixKV
+
+    model, _ = model_tok
+    s = make(model_tok)
+    ps = prompts(s, QUESTIONS[:3])
+    dev = torch.device("cpu")
+    with torch.inference_mode():
+        full, _ = _prefill(model, ps, dev)
+        parts = [[(k[:, :, a:b], v[:, :, a:b]) for k, v in full[0]] for a, b in ((0, 10), (10, 25))]
+        base = PrefixKV(parts)
+        for starts in ([5, 0, 0], [12, 3, 0], [25, 0, 4], [30, 0, 0]):
+            got, _ = _prefill(model, ps, dev, [(base, 25), (None, 0), (None, 0)], starts=starts)
+            for a, b, start in zip(full, got, starts, strict=True):
+                for (ka, va), (kb, vb) in zip(a, b, strict=True):
+                    assert kb.shape == (1, 2, ka.shape[2] - start, 16)
+                    assert torch.allclose(kb, ka[:, :, start:], atol=1e-4)
+                    assert torch.allclose(vb, va[:, :, start:], atol=1e-4)
+
+
 def test_a_prefill_chunk_holds_one_layer_of_its_past_at_a_time(model_tok, monkeypatch: pytest.MonkeyPatch) -> None:
     """A chunk on one shared base builds each layer's past when the forward reaches that layer, and its cache keeps
     only the new columns: no layer holds the base expanded to every row once its attention ran."""
