@@ -281,16 +281,18 @@ def test_prefill_on_mixed_bases_equals_plain_prefill(model_tok) -> None:
             assert torch.allclose(kc, ka[:, :, start:], atol=1e-4) and torch.allclose(vc, va[:, :, start:], atol=1e-4)
 
 
+def _three_prompts(model_tok) -> tuple:
+    """The tiny model, three rendered prompts that share the system prompt, and the CPU device."""
+    return model_tok[0], prompts(make(model_tok), QUESTIONS[:3]), torch.device("cpu")
+
+
 def test_prefill_from_a_start_inside_any_part_of_a_cached_prefix(model_tok) -> None:
     """A base of several parts (the radix tree's nodes on a prompt's path): the KV from a start in its first or a
     later part, or past it, is the plain prefill's from there, as is one from a start > 0 without a base."""
     from agentrft.samplers.hf_prefill import _prefill
     from agentrft.samplers.prefix_cache import PrefixKV
 
-    model, _ = model_tok
-    s = make(model_tok)
-    ps = prompts(s, QUESTIONS[:3])
-    dev = torch.device("cpu")
+    model, ps, dev = _three_prompts(model_tok)
     with torch.inference_mode():
         full, _ = _prefill(model, ps, dev)
         parts = [[(k[:, :, a:b], v[:, :, a:b]) for k, v in full[0]] for a, b in ((0, 10), (10, 25))]
@@ -427,10 +429,7 @@ def test_prefill_kv_is_in_the_cache_dtype(model_tok) -> None:
     are those of the plain prefill."""
     from agentrft.samplers.hf_prefill import _prefill
 
-    model, _ = model_tok
-    s = make(model_tok)
-    ps = prompts(s, QUESTIONS[:3])
-    dev = torch.device("cpu")
+    model, ps, dev = _three_prompts(model_tok)
     with torch.inference_mode():
         plain, _ = _prefill(model, ps, dev)
         half, _ = _prefill(model, ps, dev, kv_dtype=torch.bfloat16)
