@@ -22,6 +22,7 @@ from agentrft.samplers.prefix_cache import (
     SharedPrefix,
     as_prefix,
     as_tokens,
+    owned,
     shared_prefixes,
 )
 
@@ -158,16 +159,12 @@ def _chunk_past(
     """One layer's past keys and values of a prefill chunk, [rows, H, m_max, D]: `one` base shared by every row
     (`like`) expanded, else each row's base left-padded to m_max."""
     if one:
-        k, v = (_joined(like.segments(layer, which)) for which in (0, 1))
+        k, v = like.joined(layer, 0), like.joined(layer, 1)
         return k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1)
     return (
         torch.cat([_left_pad_base(r, like, layer, 0, m_max) for r in rows]),
         torch.cat([_left_pad_base(r, like, layer, 1, m_max) for r in rows]),
     )
-
-
-def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
 def _from(
@@ -176,24 +173,15 @@ def _from(
     """Row j's positions from `start` on: its base's first m (from `base`) then its suffix (the chunk's new
     columns `new` after `pad` left padding), [1, H, m + n - start, D]; a view when it starts past the base."""
     suffix = new[j : j + 1, :, pad + max(start - m, 0) :]
-    if start >= m or base is None:
+    if start >= m:
         return suffix
-    return torch.cat([*_segments_from(base, layer, which, start), suffix], dim=2)
-
-
-def _segments_from(base: PrefixKV, layer: int, which: int, start: int) -> list[torch.Tensor]:
-    """A base's layer keys (which=0) or values (1) from position `start` on, part by part (views)."""
-    out, at = [], 0
-    for seg in base.segments(layer, which):
-        t = int(seg.shape[2])
-        if at + t > start:
-            out.append(seg[:, :, max(start - at, 0) :])
-        at += t
-    return out
+    assert base is not None  # m > 0
+    return torch.cat([*base.segments(layer, which, start), suffix], dim=2)
 
 
 def _in(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    return t if dtype is None or t.dtype == dtype else t.to(dtype, memory_format=torch.contiguous_format)
+    """`t` in `dtype` (None: as it is): a view stays a view unless it is cast (`owned`)."""
+    return t if dtype is None or t.dtype == dtype else owned(t, dtype)
 
 
 def _by_depth(tree: list[SharedPrefix]) -> list[list[int]]:

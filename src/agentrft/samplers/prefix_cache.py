@@ -79,18 +79,26 @@ class PrefixKV:
     def length(self) -> int:
         return sum(int(part[0][0].shape[2]) for part in self.parts)
 
-    def segments(self, layer: int, which: int) -> list[torch.Tensor]:
-        """Layer `layer`'s keys (which=0) or values (1), part by part."""
-        return [part[layer][which] for part in self.parts]
+    def segments(self, layer: int, which: int, start: int = 0) -> list[torch.Tensor]:
+        """Layer `layer`'s keys (which=0) or values (1) from position `start` on, part by part (views)."""
+        out, at = [], 0
+        for part in self.parts:
+            seg = part[layer][which]
+            t = int(seg.shape[2])
+            if at + t > start:
+                out.append(seg if at >= start else seg[:, :, start - at :])
+            at += t
+        return out
+
+    def joined(self, layer: int, which: int) -> torch.Tensor:
+        """Layer `layer`'s keys (which=0) or values (1) as one tensor: the view itself for one part, else the
+        parts' concatenation (a copy)."""
+        segs = self.segments(layer, which)
+        return segs[0] if len(segs) == 1 else torch.cat(segs, dim=2)
 
     def materialize(self) -> KV:
-        """One (keys, values) per layer: the views themselves for one part, else their concatenation (a copy)."""
-        if len(self.parts) == 1:
-            return self.parts[0]
-        return [
-            (torch.cat(self.segments(i, 0), dim=2), torch.cat(self.segments(i, 1), dim=2))
-            for i in range(len(self.parts[0]))
-        ]
+        """One (keys, values) per layer (`joined`)."""
+        return [(self.joined(i, 0), self.joined(i, 1)) for i in range(len(self.parts[0]))]
 
 
 def as_prefix(kv: KV | PrefixKV) -> PrefixKV:
