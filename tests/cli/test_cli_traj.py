@@ -82,6 +82,30 @@ def test_show_renders_turns_tools_errors_grade(db: Path) -> None:
         assert Trajectory.from_json(out) == store.get_trajectory(traj_id)
 
 
+def test_show_renders_a_prompts_worked_example_as_the_prompt_not_as_a_turn(tmp_path: Path) -> None:
+    from agentrft.types import Message, ToolCall, ToolCallFunction
+
+    t = make_traj(5)
+    call = ToolCall(id="example_1", function=ToolCallFunction(name="calculate", arguments='{"expression": "1 + 1"}'))
+    example = [
+        Message(role="user", content="What is one plus one?"),
+        Message(role="assistant", content=None, tool_calls=[call]),
+        Message(role="tool", tool_call_id="example_1", name="calculate", content="2"),
+        Message(role="assistant", content="The answer is 2."),
+    ]
+    t.messages = [t.messages[0], *example, *t.messages[1:]]
+    t.n_prompt_messages = 6  # system, the worked example, the task's question
+    db = tmp_path / "agentrft.db"
+    with Store(db) as store:
+        store.add_trajectories([t])
+    _, out, _ = _run("show", t.id, "--db", str(db))
+    # the example's own call and result, not the episode's first tool event; the episode's turns count from 0
+    assert out.count("prompt: worked example") == 2
+    assert 'calculate({"expression": "1 + 1"})' in out and "← 2" in out
+    assert out.index("What is one plus one?") < out.index("turn 0") and "turn 2" not in out
+    assert out.count('search({"query": "revenue 2005", "k": 3})') == 1
+
+
 def test_show_shortens_long_text_unless_full(tmp_path: Path) -> None:
     db = tmp_path / "long.db"
     t = make_traj(1)

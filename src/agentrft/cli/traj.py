@@ -236,8 +236,16 @@ def _render(traj: Any, max_chars: int | None) -> Any:
     tool_msgs = {m.tool_call_id: m.text() for m in traj.messages if m.role == "tool" and m.tool_call_id}
     shown_calls: set[str] = set()
     turn = -1
-    for msg in traj.messages:
-        if msg.role == "assistant":
+    for i, msg in enumerate(traj.messages):
+        if msg.role == "assistant" and i < traj.n_prompt_messages:
+            # a worked example of the prompt: its calls' results are its tool messages, no episode event is its
+            parts.append(Rule("prompt: worked example", style="dim"))
+            if msg.text():
+                parts.append(Text.assemble(("assistant: ", "bold"), _clip(msg.text(), max_chars)))
+            for call in msg.tool_calls or []:
+                shown_calls.add(call.id)
+                parts.append(_render_call(call, None, tool_msgs.get(call.id), max_chars))
+        elif msg.role == "assistant":
             turn += 1
             parts.append(Rule(f"turn {turn}", style="blue"))
             reasoning = msg.reasoning_content or "\n".join(
