@@ -4,7 +4,8 @@ The seeds' recipe for a weak model: imitation first, then RL with a curriculum a
 steps that mattered. One command, one run directory:
 
 1. **baseline**: held-out evals of levels 2-4 (``--eval-tasks`` tasks of each level, 2 samples each,
-   T 0.7), and of the ``ood`` templates;
+   T 0.7), and of the ``ood`` templates, on the environment's own prompt (its worked example per level);
+   and the base policy on the trained prompt (run ``baseline-trained-prompt``, below);
 2. **demonstrations**: the `oracle` policy (`samplers/oracle.py`: the environment's expert written in
    the student's tool-call text and tokenizer) plays the training split of levels 1-4; stored and
    graded like any trajectory (runs ``demos`` and, of the late levels, ``demos-late``);
@@ -17,11 +18,19 @@ steps that mattered. One command, one run directory:
    (preset ``agentic-rl``);
 5. **final** held-out and ``ood`` evals, the per-level table, and the report.
 
-A task's prompt, tools and limits are its own level's whatever levels the environment serves
-(`FinqaLiteEnv.initial_messages`), so what is trained on ``finqa-lite:1,2,3,4`` is exactly what
-``agentrft eval --env finqa-lite:N`` measures.
+The trained prompt (``trained_shots``, default 0: ``finqa-lite:N?shots=0``): the base model needs the
+worked example to attempt a task at all, a policy that has imitated the expert does not; without it a
+level-3 prompt is ~290 tokens instead of ~1,400 (level 4: ~2,300), which every update and every sampled turn
+pays for, and the model cannot copy the example's figures. Everything from the demonstrations on uses it, so
+what is trained is what is measured; the baseline is measured on both prompts, and the paired tests compare
+each later stage with both.
 
-    RUN_DIR/agentrft.db        evals (baseline, baseline-ood, imitation, final, final-ood), demos, both training runs
+A task's prompt, tools and limits are its own level's whatever levels the environment serves
+(`FinqaLiteEnv.initial_messages`), so what is trained on ``finqa-lite:1,2,3,4?shots=0`` is exactly what
+``agentrft eval --env finqa-lite:N?shots=0`` measures.
+
+    RUN_DIR/agentrft.db        evals (baseline, baseline-ood, baseline-trained-prompt, imitation, final,
+                               final-ood), demos, both training runs
     RUN_DIR/imitation/         the SFT run (config, metrics, its policy); imitation-late/ its second pass
     RUN_DIR/config.yaml, metrics.jsonl, policy/   the GRPO run (the final policy)
     RUN_DIR/agentic.json       per-level pass@1 at each stage, the paired tests, wall times
@@ -39,8 +48,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
-from agentrft.train.presets import AGENTIC_ENV as TRAIN_ENV
 from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
+
+# The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
+BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"
+STAGES = ("baseline", BASELINE_TRAINED_PROMPT, "imitation", "final")
 
 
 class AgenticSettings(BaseModel):
@@ -62,6 +74,19 @@ class AgenticSettings(BaseModel):
         default_factory=lambda: list(LATE_LEVELS),
         description="levels imitated in a second pass, after the others are (empty: one pass over every level)",
     )
+    trained_shots: int | None = Field(
+        default=0,
+        ge=0,
+        description="worked examples per level in the prompts of everything after the baseline (demonstrations, "
+        "imitation, RL, later evals): 0 = zero-shot, null = the environment's own, as the baseline has. The base "
+        "model needs the worked example to attempt a task; a trained policy does not, and without it a level-3/4 "
+        "prompt is ~60-75 % shorter in every update and every sampled turn",
+    )
+    baseline_trained_prompt: bool = Field(
+        default=True,
+        description="also evaluate the base policy on the trained prompt (held-out, run baseline-trained-prompt) "
+        "when trained_shots changes it, so a gain is not the prompt's",
+    )
 
     @field_validator("demo_tasks")
     @classmethod
@@ -79,6 +104,11 @@ class AgenticSettings(BaseModel):
         if set(value) == set(range(1, 5)):
             raise ValueError("late_levels: the first pass needs at least one level that is not late")
         return sorted(set(value))
+
+    def env_spec(self, levels: str, trained: bool) -> str:
+        """The finqa-lite spec of ``levels`` ("2,3,4") with the baseline's prompt or the trained one."""
+        shots = f"?shots={self.trained_shots}" if trained and self.trained_shots is not None else ""
+        return f"finqa-lite:{levels}{shots}"
 
     def demo_counts(self) -> tuple[dict[int, int], dict[int, int]]:
         """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass)."""
@@ -100,9 +130,13 @@ class AgenticResult:
     seconds: dict[str, float]
     steps: dict[str, int] = field(default_factory=dict)
 
+    def stages(self) -> list[str]:
+        """The held-out evals run, in the recipe's order: the table's columns."""
+        return [s for s in STAGES if s in self.evals]
+
     def level_table(self) -> list[tuple[str, ...]]:
         """Rows (level, pass@1 at each stage), held-out then ood."""
-        stages = [s for s in ("baseline", "imitation", "final") if s in self.evals]
+        stages = self.stages()
         rows = []
         for kind, suffix in (("held-out", ""), ("ood", "-ood")):
             names = [s + suffix for s in stages if s + suffix in self.evals]
@@ -130,17 +164,22 @@ class AgenticResult:
         }
 
 
-def agentic_configs(run_dir: Path, quick: bool, overrides: list[str]) -> tuple[Any, Any, Any]:
+def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[str]) -> tuple[Any, Any, Any]:
     """The imitation, late imitation and RL configs (presets ``agentic-imitation``, ``agentic-imitation-late``,
-    ``agentic-rl``); ``overrides`` are ``imitation.KEY=VALUE``, ``late.KEY=VALUE`` or ``rl.KEY=VALUE`` (a bare
-    ``KEY=VALUE`` goes to all three). Checked before any model loads."""
+    ``agentic-rl``), each on the trained prompt (``settings.trained_shots``); ``overrides`` are
+    ``imitation.KEY=VALUE``, ``late.KEY=VALUE`` or ``rl.KEY=VALUE`` (a bare ``KEY=VALUE`` goes to all three).
+    Checked before any model loads."""
     from agentrft.store import RUN_STORE_NAME
     from agentrft.train.config import PRESETS, ConfigError, build_config
 
-    sft_sets = [f"data.source={run_dir / RUN_STORE_NAME}"]
-    late_sets = list(sft_sets)
-    rl_sets: list[str] = []
-    if quick:
+    def trained_env(preset: str) -> str:
+        levels = PRESETS[preset]["rollout"]["env"].removeprefix("finqa-lite:")
+        return f"rollout.env={settings.env_spec(levels, trained=True)}"
+
+    sft_sets = [f"data.source={run_dir / RUN_STORE_NAME}", trained_env("agentic-imitation")]
+    late_sets = [*sft_sets[:1], trained_env("agentic-imitation-late")]
+    rl_sets: list[str] = [trained_env("agentic-rl")]
+    if settings.quick:
         sft_sets += ["steps=2", "sft.batch_size=4"]
         late_sets += ["steps=1", "sft.batch_size=4"]
         rl_sets += ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"]
@@ -210,7 +249,7 @@ def run_agentic(
     from agentrft.train.loop import Components, train
 
     run_dir = Path(run_dir)
-    sft_cfg, late_cfg, rl_cfg = agentic_configs(run_dir, settings.quick, list(overrides or []))
+    sft_cfg, late_cfg, rl_cfg = agentic_configs(run_dir, settings, list(overrides or []))
     first_demos, late_demos = settings.demo_counts()
     chosen = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
@@ -226,8 +265,10 @@ def run_agentic(
                 f"with (see {run_dir / SETTINGS_NAME})"
             )
     levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
-    eval_env = make_env(f"finqa-lite:{levels}")
-    train_env = make_env(TRAIN_ENV)
+    # the baseline's prompt, and the one demonstrations, training and the later evals use (trained_shots)
+    eval_specs = {trained: settings.env_spec(levels, trained) for trained in (False, True)}
+    eval_envs = {trained: make_env(spec) for trained, spec in eval_specs.items()}
+    train_env = make_env(sft_cfg.rollout.env)  # the demonstrations are played on the prompt imitation learns
     outcome = load_grader(train_env.grader_spec())
     rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -238,17 +279,19 @@ def run_agentic(
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
     try:
-        params = SamplingParams(temperature=settings.eval_temperature, max_tokens=eval_env.limits.max_tokens_per_turn)
+        params = SamplingParams(
+            temperature=settings.eval_temperature, max_tokens=eval_envs[False].limits.max_tokens_per_turn
+        )
         evals: dict[str, Any] = {}
 
-        def run_eval(name: str, split: str, tasks: int) -> None:
+        def run_eval(name: str, split: str, tasks: int, trained: bool = True) -> None:
             if resume and (done := finished_eval(store, name)) is not None:
                 evals[name] = done
                 return
             policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
             start = time.perf_counter()
             evals[name] = evaluate(
-                eval_env,
+                eval_envs[trained],
                 policy,
                 split=split,
                 samples=settings.eval_samples,
@@ -256,7 +299,7 @@ def run_agentic(
                 store=store,
                 run_name=name,
                 params=params,
-                env_spec=f"finqa-lite:{levels}",
+                env_spec=eval_specs[trained],
                 grader=outcome,
                 tool_format=rl_cfg.rollout.tool_format,
                 seed=rl_cfg.seed,
@@ -264,9 +307,11 @@ def run_agentic(
             )
             seconds[f"eval_{name}"] = time.perf_counter() - start
 
-        run_eval("baseline", "held-out", settings.eval_tasks)
+        run_eval("baseline", "held-out", settings.eval_tasks, trained=False)
         if settings.ood:
-            run_eval("baseline-ood", "ood", settings.ood_tasks)
+            run_eval("baseline-ood", "ood", settings.ood_tasks, trained=False)
+        if settings.baseline_trained_prompt and eval_specs[True] != eval_specs[False]:
+            run_eval(BASELINE_TRAINED_PROMPT, "held-out", settings.eval_tasks)
 
         start = time.perf_counter()
         oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
@@ -282,7 +327,7 @@ def run_agentic(
                 store=store,
                 run_name=name,
                 params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
-                env_spec=TRAIN_ENV,
+                env_spec=sft_cfg.rollout.env,
                 grader=outcome,
                 tool_format=sft_cfg.rollout.tool_format,
                 seed=rl_cfg.seed,
@@ -291,7 +336,7 @@ def run_agentic(
         seconds["demos"] = time.perf_counter() - start
 
         def stage_env(spec: str) -> Any:
-            return train_env if spec == TRAIN_ENV else make_env(spec)
+            return train_env if spec == sft_cfg.rollout.env else make_env(spec)
 
         def stage(cfg: Any, where: Path, grader: Any) -> int:
             """Train one stage on the in-process policy; a stopped one resumes from its checkpoint."""
@@ -350,20 +395,21 @@ def load_weights(policy: Any, path: Path, version: int) -> int:
 
 def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per level (held-out and ood): the paired test (`eval.metrics.paired_test`, same tasks) of each
-    later stage against the baseline."""
+    later stage against the baseline, and on held-out against the base policy on the trained prompt too."""
     from agentrft.eval.metrics import paired_test
 
     out: dict[str, dict[str, Any]] = {}
     for suffix in ("", "-ood"):
-        base = evals.get("baseline" + suffix)
-        if base is None:
-            continue
-        for stage in ("imitation", "final"):
-            other = evals.get(stage + suffix)
-            if other is None:
+        for base_name in ("baseline" + suffix, BASELINE_TRAINED_PROMPT + suffix):
+            base = evals.get(base_name)
+            if base is None:
                 continue
-            for level in sorted(base.per_level, key=int):
-                rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
-                cmp = paired_test(rates[0], rates[1])
-                out.setdefault(f"{stage}{suffix} vs baseline{suffix}", {})[level] = cmp.model_dump(mode="json")
+            for stage in ("imitation", "final"):
+                other = evals.get(stage + suffix)
+                if other is None:
+                    continue
+                for level in sorted(base.per_level, key=int):
+                    rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
+                    cmp = paired_test(rates[0], rates[1])
+                    out.setdefault(f"{stage}{suffix} vs {base_name}", {})[level] = cmp.model_dump(mode="json")
     return out

@@ -14,29 +14,37 @@ from agentrft.train.config import ConfigError
 
 
 def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp_path: Path) -> None:
-    sft, late, rl = agentic_configs(tmp_path, False, ["imitation.steps=3", "late.steps=2", "rl.steps=5", "seed=7"])
+    full = AgenticSettings()
+    sft, late, rl = agentic_configs(tmp_path, full, ["imitation.steps=3", "late.steps=2", "rl.steps=5", "seed=7"])
     assert (sft.steps, late.steps, rl.steps, sft.seed, late.seed, rl.seed) == (3, 2, 5, 7, 7, 7)
     assert sft.method == late.method == "sft" and rl.method == "grpo"
     assert sft.data.source == late.data.source == str(tmp_path / RUN_STORE_NAME)
     assert (sft.data.runs, late.data.runs) == (["demos"], ["demos-late"])
     # the presets' passes are one pass over their demonstrations, in batches of 8
     first, later = AgenticSettings().demo_counts()
-    defaults = agentic_configs(tmp_path, False, [])
+    defaults = agentic_configs(tmp_path, full, [])
     assert defaults[0].steps == -(-sum(first.values()) // 8) and defaults[1].steps == -(-sum(later.values()) // 8)
     assert set(later) == {4} and set(first) == {1, 2, 3}
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
-    assert (sft.rollout.env, rl.rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:1,2,3")
+    # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
+    assert (sft.rollout.env, late.rollout.env, rl.rollout.env) == (
+        "finqa-lite:1,2,3,4?shots=0",
+        "finqa-lite:1,2,3,4?shots=0",
+        "finqa-lite:1,2,3?shots=0",
+    )
+    few_shot = agentic_configs(tmp_path, AgenticSettings(trained_shots=None), ["rl.rollout.env=finqa-lite:2?shots=1"])
+    assert (few_shot[0].rollout.env, few_shot[2].rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:2?shots=1")
     with pytest.raises(ConfigError, match=r"expected \[imitation\.\|late\.\|rl\.\]KEY=VALUE"):
-        agentic_configs(tmp_path, False, ["steps"])
+        agentic_configs(tmp_path, full, ["steps"])
     with pytest.raises(ConfigError, match="rollout.group_size"):
-        agentic_configs(tmp_path, False, ["rl.rollout.group_size=0"])
+        agentic_configs(tmp_path, full, ["rl.rollout.group_size=0"])
     with pytest.raises(ConfigError):
         run_agentic(tmp_path / "never", AgenticSettings.preset(True), ["rl.optimizer.lr=-1"], progress=False)
     assert not (tmp_path / "never").exists()
     with pytest.raises(ConfigError, match=r"all weights \(full\), not lora"):
-        agentic_configs(tmp_path, False, ["policy.finetune=lora"])
+        agentic_configs(tmp_path, full, ["policy.finetune=lora"])
     with pytest.raises(ConfigError, match=r"\(late imitation\): optimizer.lr"):
-        agentic_configs(tmp_path, False, ["late.optimizer.lr=-1"])
+        agentic_configs(tmp_path, full, ["late.optimizer.lr=-1"])
     used = tmp_path / "used"
     used.mkdir()
     (used / "agentrft.db").write_text("")
@@ -67,7 +75,7 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     store = Store(run_dir / RUN_STORE_NAME)
     first = {r.name: r.id for r in store.list_runs() if r.kind == "eval"}
     store.close()
-    assert {"baseline", "baseline-ood", "demos", "demos-late", "imitation"} <= set(first)
+    assert {"baseline", "baseline-ood", "baseline-trained-prompt", "demos", "demos-late", "imitation"} <= set(first)
     store = Store(run_dir / RUN_STORE_NAME)
     sft_run = next(r.id for r in store.list_runs() if r.kind == "train")
     store.close()
@@ -78,7 +86,14 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
 
     result = run_agentic(run_dir, settings, ["policy.name=tiny"], progress=False, resume=True)
     assert result.steps == {"imitation": 2, "imitation_late": 1, "rl": 2}
-    assert set(result.evals) == {"baseline", "baseline-ood", "imitation", "final", "final-ood"}
+    assert set(result.evals) == {
+        "baseline",
+        "baseline-ood",
+        "baseline-trained-prompt",
+        "imitation",
+        "final",
+        "final-ood",
+    }
     # finished stages were kept, not played again
     assert (run_dir / "imitation" / "metrics.jsonl").read_text() == sft_metrics
     assert (run_dir / "imitation-late" / "metrics.jsonl").read_text() == late_metrics
@@ -105,12 +120,23 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         # in their own run, which only the second imitation pass learns from
         assert len(demos) == 12 and len(late) == 4
         assert all(t.grade is not None and t.grade.success for t in demos + late)
+        # played on the trained prompt, zero-shot: the system prompt, then the task's question
+        assert all([m.role for m in t.messages[:2]] == ["system", "user"] for t in demos + late)
+        assert all(r.config["env"] == "finqa-lite:1,2,3,4?shots=0" for r in (runs["demos"], runs["demos-late"]))
+        assert runs["baseline"].config["env"] == "finqa-lite:2,3,4"
+        assert runs["final"].config["env"] == runs["baseline-trained-prompt"].config["env"]
         level = {t.id: t.data["level"] for t in make_env("finqa-lite:1,2,3,4").tasks("train")}
         assert {level[t.task_id] for t in demos} == {1, 2, 3} and {level[t.task_id] for t in late} == {4}
     finally:
         store.close()
     summary = json.loads((run_dir / "agentic.json").read_text())
-    assert set(summary["paired"]) == {"imitation vs baseline", "final vs baseline", "final-ood vs baseline-ood"}
+    assert set(summary["paired"]) == {
+        "imitation vs baseline",
+        "final vs baseline",
+        "imitation vs baseline-trained-prompt",
+        "final vs baseline-trained-prompt",
+        "final-ood vs baseline-ood",
+    }
     assert set(summary["paired"]["final vs baseline"]) == {"2", "3", "4"}
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2 and all("curriculum/level_1_weight" in s for s in steps)

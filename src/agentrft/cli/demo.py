@@ -116,10 +116,9 @@ def _agentic(
     if as_json:
         typer.echo(json.dumps(result.summary()))
         return
-    stages = [s for s in ("baseline", "imitation", "final") if s in result.evals]
     table = Table(title="finqa-lite pass@1 by level: baseline, after imitation, after RL")
     table.add_column("level")
-    for s in stages:
+    for s in result.stages():
         table.add_column(s, justify="right")
     for row in result.level_table():
         table.add_row(*row)

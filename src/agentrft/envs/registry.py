@@ -1,6 +1,7 @@
 """`make_env(spec)`: environments by name, as the CLI and configs write them.
 
 Specs: `finqa-lite` (all levels), `finqa-lite:1` or `finqa-lite:1,2` (levels),
+`finqa-lite:3?shots=0` (worked examples per level in the prompt: 0 for a zero-shot prompt; default all),
 `finqa:PATH.json` (an official FinQA file), `jsonl:PATH[?grader=G.json]` (an
 OpenAI RFT dataset; more options: `tools=MODULE` (Python tools), `endpoints=E.json`
 (HTTP tools), `valid=VALID.jsonl` (the `valid` split); option values may be
@@ -15,43 +16,59 @@ from urllib.parse import parse_qs
 from agentrft.envs.base import Environment
 from agentrft.inputs import InputError
 
-VALID_SPECS = ("finqa-lite", "finqa-lite:LEVELS (e.g. finqa-lite:1,2)", "finqa:PATH.json", "jsonl:PATH[?grader=G.json]")
+VALID_SPECS = (
+    "finqa-lite",
+    "finqa-lite:LEVELS[?shots=N] (e.g. finqa-lite:1,2)",
+    "finqa:PATH.json",
+    "jsonl:PATH[?grader=G.json]",
+)
 
 
 def _unknown(spec: str, why: str = "") -> InputError:
     return InputError(f"unknown environment {spec!r}{': ' + why if why else ''}; valid: {', '.join(VALID_SPECS)}")
 
 
+def _options(spec: str, query: str, known: tuple[str, ...]) -> dict[str, str]:
+    """A spec's ``?key=value&...`` options (the last value of a repeated key); unknown keys are refused."""
+    params = parse_qs(query, keep_blank_values=True) if query else {}
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    return {key: values[-1] for key, values in params.items()}
+
+
 def make_env(spec: str, **kwargs: Any) -> Environment:
-    name, _, rest = spec.strip().partition(":")
+    base, _, query = spec.strip().partition("?")
+    name, _, rest = base.partition(":")
     if name == "finqa-lite":
         from agentrft.envs.finqa.env import FinqaLiteEnv
 
         if rest:
             try:
-                levels = tuple(int(x) for x in rest.split(","))
+                kwargs["levels"] = tuple(int(x) for x in rest.split(","))
             except ValueError:
                 raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
-            kwargs["levels"] = levels
+        shots = _options(spec, query, ("shots",)).get("shots")
+        if shots is not None:
+            if not shots.isdigit():
+                raise _unknown(spec, f"shots must be an integer >= 0 (worked examples per level), got {shots!r}")
+            kwargs["shots"] = int(shots)
         return FinqaLiteEnv(**kwargs)
     if name == "finqa":
-        if not rest:
+        path = spec.strip().partition(":")[2]
+        if not path:
             raise _unknown(spec, "finqa needs a path, e.g. finqa:data/test.json")
         from agentrft.envs.finqa.json_env import FinqaJsonEnv
 
-        return FinqaJsonEnv(rest, **kwargs)
+        return FinqaJsonEnv(path, **kwargs)
     if name == "jsonl":
-        path, _, query = rest.partition("?")
+        path = rest
         if not path:
             raise _unknown(spec, "jsonl needs a path, e.g. jsonl:data/train.jsonl")
-        params = parse_qs(query, keep_blank_values=True) if query else {}
         known = {"grader": "grader_spec_path", "tools": "tools_module", "endpoints": "endpoints", "valid": "valid_path"}
-        unknown = sorted(set(params) - set(known))
-        if unknown:
-            raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: {', '.join(known)})")
         from agentrft.envs.jsonl import JsonlEnv
 
-        for option, values in params.items():
-            kwargs.setdefault(known[option], values[-1])
+        for option, value in _options(spec, query, tuple(known)).items():
+            kwargs.setdefault(known[option], value)
         return JsonlEnv(path, **kwargs)
     raise _unknown(spec)

@@ -67,3 +67,43 @@ def test_an_eval_takes_the_first_tasks_of_each_level(mixed: FinqaLiteEnv) -> Non
     assert [t.id for t in by_level if t.data["level"] == 4] == [t.id for t in chosen if t.data["level"] == 4]
     with pytest.raises(InputError, match="at least 1"):
         select_tasks(tasks, {1: 0})
+
+
+def test_shots_keeps_the_first_worked_examples_of_each_level_or_none() -> None:
+    from agentrft.envs.registry import make_env
+
+    full = FinqaLiteEnv(levels=(1, 3), seed=0)
+    task = next(t for t in full.tasks("held-out") if t.data["level"] == 1)
+    one = make_env("finqa-lite:1,3?shots=1")
+    zero = make_env("finqa-lite?shots=0")  # every level, no worked example
+    assert isinstance(one, FinqaLiteEnv) and isinstance(zero, FinqaLiteEnv)
+    assert (one.levels, one.shots, zero.levels, zero.shots) == ((1, 3), 1, (1, 2, 3, 4), 0)
+    # level 1 shows three worked examples, each a question, a call, its result and the answer; shots=1 the first
+    examples = full.initial_messages(task)[1:-1]
+    assert [m.role for m in examples].count("user") == 3
+    assert [m.model_dump() for m in one.initial_messages(task)] == [
+        m.model_dump() for m in [full.initial_messages(task)[0], *examples[:4], task.messages[-1]]
+    ]
+    # zero-shot: the system prompt, then the question; tools and limits are the level's as before
+    assert [m.model_dump() for m in zero.initial_messages(task)] == [
+        m.model_dump() for m in [full.initial_messages(task)[0], *task.messages]
+    ]
+    assert zero.task_tool_schemas(task) == full.task_tool_schemas(task)
+    assert zero.few_shot() == [] and zero.tasks("held-out") == FinqaLiteEnv(seed=0).tasks("held-out")
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("finqa-lite:3?shots=x", "shots must be an integer >= 0"),
+        ("finqa-lite:3?shots=-1", "shots must be an integer >= 0"),
+        ("finqa-lite:3?shot=0", r"unknown option\(s\) shot \(known: shots\)"),
+    ],
+)
+def test_a_bad_shots_option_is_named(spec: str, says: str) -> None:
+    from agentrft.envs.registry import make_env
+
+    with pytest.raises(InputError, match=says):
+        make_env(spec)
+    with pytest.raises(InputError, match="shots must be >= 0"):
+        FinqaLiteEnv(levels=(3,), shots=-1)

@@ -103,8 +103,14 @@ class FinqaLiteEnv(Environment):
         page_chars: int = 1500,
         limits: EnvLimits | None = None,
         tool_max_output_chars: int = 2000,
+        shots: int | None = None,
     ):
         self.levels = parse_levels(levels)
+        if shots is not None and shots < 0:
+            raise InputError(f"finqa-lite shots must be >= 0 (worked examples per level), got {shots}")
+        # None: every worked example of the level (EXAMPLE_TEMPLATES); 0: a zero-shot prompt, for a policy that
+        # has learned the task (the worked examples are ~60-75 % of a level-3/4 prompt's tokens)
+        self.shots = shots
         self.seed = seed
         self.data = (
             FinqaLite(seed=seed, n_companies=n_companies, counts=counts)
@@ -164,13 +170,15 @@ class FinqaLiteEnv(Environment):
     # ------------------------------------------------------------ worked examples
 
     def few_shot(self) -> list[Message]:
-        """Worked examples of every level served (EXAMPLE_TEMPLATES), on the company kept out of every split;
-        tool outputs are real. A task's own prompt shows its level's only (`initial_messages`)."""
+        """Worked examples of every level served (EXAMPLE_TEMPLATES, the first `shots` of each level's), on the
+        company kept out of every split; tool outputs are real. A task's own prompt shows its level's only
+        (`initial_messages`)."""
         return [m for level in self.levels for m in self._level_examples(level)]
 
     def _level_examples(self, level: int) -> list[Message]:
         if level not in self._examples:
-            self._examples[level] = [m for template in EXAMPLE_TEMPLATES[level] for m in self._example(level, template)]
+            templates = EXAMPLE_TEMPLATES[level][: self.shots]
+            self._examples[level] = [m for template in templates for m in self._example(level, template)]
         return [m.model_copy(deep=True) for m in self._examples[level]]
 
     def _example(self, level: int, template: str) -> list[Message]:
