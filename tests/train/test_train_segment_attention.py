@@ -13,7 +13,7 @@ from test_train_shared_prefix import _assert_grads_close, _batch, _seq, _update
 from agentrft.train.config import AlgorithmConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import collate, micro_batches
-from agentrft.train.segment_attention import NAME, segmented_attention, use_segment_attention
+from agentrft.train.segment_attention import NAME, segmented_attention, suffix_path, use_segment_attention
 from agentrft.train.shared_prefix import (
     pack_segment_rows,
     plan_segment_rows,
@@ -47,14 +47,16 @@ def test_segment_rows_are_cut_at_the_token_budget():
     assert plan_segment_rows([[1] * 9], 3) == [[0]]
 
 
-def test_segmented_attention_equals_masked_attention():
-    """Against SDPA with the explicit mask of the same layout, queries of padding columns aside."""
+@pytest.mark.parametrize("path", ["masked", "causal", "auto"])
+def test_segmented_attention_equals_masked_attention(path):
+    """Against SDPA with the explicit mask of the same layout, queries of padding columns aside, by either path,
+    in the output and in the gradients of q, k and v."""
     torch.manual_seed(0)
     heads, kv, length, dim = 4, 2, 14, 8
     segments = [(5, [(5, 8), (8, 9), (9, 12)]), (0, [(0, 6), (6, 13)]), (7, [])]
-    q = torch.randn(3, heads, length, dim, dtype=torch.float64)
-    k = torch.randn(3, kv, length, dim, dtype=torch.float64)
-    v = torch.randn(3, kv, length, dim, dtype=torch.float64)
+    q = torch.randn(3, heads, length, dim, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(3, kv, length, dim, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(3, kv, length, dim, dtype=torch.float64, requires_grad=True)
     mask = torch.zeros(3, 1, length, length, dtype=torch.bool)
     real = torch.zeros(3, length, dtype=torch.bool)
     for r, (p, spans) in enumerate(segments):
@@ -67,9 +69,22 @@ def test_segmented_attention_equals_masked_attention():
     pad = ~real
     mask[pad[:, None, :, None].expand_as(mask) & torch.eye(length, dtype=torch.bool)] = True  # padding sees itself
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
-    got = segmented_attention(q, k, v, segments, None)
+    got = segmented_attention(q, k, v, segments, None, path=path)
     torch.testing.assert_close(got[real], want[real], rtol=1e-12, atol=1e-12)
     assert float(got[pad].abs().max()) == 0.0
+    weights = torch.randn_like(want) * real[:, :, None, None]  # a loss on the real columns only
+    want_grads = torch.autograd.grad((want * weights).sum(), (q, k, v))
+    got_grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_the_suffix_path_is_the_one_that_computes_fewer_pairs():
+    # the recipe's level-3 rows: ~1,100-token suffixes after a 290-token zero-shot prompt or a 1,365-token
+    # few-shot one (its worked example); a row of one short suffix after a long prefix
+    assert suffix_path(290, 8, 1100) == "causal"
+    assert suffix_path(1365, 6, 1100) == "masked"
+    assert suffix_path(2000, 1, 50) == "masked" and suffix_path(0, 4, 2000) == "causal"
 
 
 @pytest.mark.parametrize("dtype,rtol,atol", [(torch.float64, 1e-10, 1e-12), (torch.float32, 1e-5, 1e-6)])
