@@ -100,7 +100,7 @@ def test_show_renders_a_prompts_worked_example_as_the_prompt_not_as_a_turn(tmp_p
         store.add_trajectories([t])
     _, out, _ = _run("show", t.id, "--db", str(db))
     # the example's own call and result, not the episode's first tool event; the episode's turns count from 0
-    assert out.count("prompt: worked example") == 2
+    assert out.count("given in the prompt") == 1  # one rule over the example's two assistant turns
     assert 'calculate({"expression": "1 + 1"})' in out and "← 2" in out
     assert out.index("What is one plus one?") < out.index("turn 0") and "turn 2" not in out
     assert out.count('search({"query": "revenue 2005", "k": 3})') == 1

@@ -238,8 +238,10 @@ def _render(traj: Any, max_chars: int | None) -> Any:
     turn = -1
     for i, msg in enumerate(traj.messages):
         if msg.role == "assistant" and i < traj.n_prompt_messages:
-            # a worked example of the prompt: its calls' results are its tool messages, no episode event is its
-            parts.append(Rule("prompt: worked example", style="dim"))
+            # a turn the prompt gave (a worked example, earlier history): its calls' results are its tool
+            # messages, no episode event is its; one rule over each run of them
+            if i == 0 or traj.messages[i - 1].role not in ("assistant", "tool"):
+                parts.append(Rule("given in the prompt", style="dim"))
             if msg.text():
                 parts.append(Text.assemble(("assistant: ", "bold"), _clip(msg.text(), max_chars)))
             for call in msg.tool_calls or []:
