@@ -10,6 +10,7 @@ URL-quoted). Keyword arguments go to the environment's constructor.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -50,7 +51,7 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
                 raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
         shots = _options(spec, query, ("shots",)).get("shots")
         if shots is not None:
-            if not shots.isdigit():
+            if not re.fullmatch(r"[0-9]+", shots):
                 raise _unknown(spec, f"shots must be an integer >= 0 (worked examples per level), got {shots!r}")
             kwargs["shots"] = int(shots)
         return FinqaLiteEnv(**kwargs)

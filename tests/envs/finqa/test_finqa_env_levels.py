@@ -97,6 +97,7 @@ def test_shots_keeps_the_first_worked_examples_of_each_level_or_none() -> None:
     [
         ("finqa-lite:3?shots=x", "shots must be an integer >= 0"),
         ("finqa-lite:3?shots=-1", "shots must be an integer >= 0"),
+        ("finqa-lite:3?shots=²", "shots must be an integer >= 0"),
         ("finqa-lite:3?shot=0", r"unknown option\(s\) shot \(known: shots\)"),
     ],
 )
@@ -105,5 +106,8 @@ def test_a_bad_shots_option_is_named(spec: str, says: str) -> None:
 
     with pytest.raises(InputError, match=says):
         make_env(spec)
+
+
+def test_negative_shots_are_refused_by_the_constructor() -> None:
     with pytest.raises(InputError, match="shots must be >= 0"):
         FinqaLiteEnv(levels=(3,), shots=-1)

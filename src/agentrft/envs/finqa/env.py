@@ -109,7 +109,7 @@ class FinqaLiteEnv(Environment):
         if shots is not None and shots < 0:
             raise InputError(f"finqa-lite shots must be >= 0 (worked examples per level), got {shots}")
         # None: every worked example of the level (EXAMPLE_TEMPLATES); 0: a zero-shot prompt, for a policy that
-        # has learned the task (the worked examples are ~60-75 % of a level-3/4 prompt's tokens)
+        # has learned the task (the worked example is ~80 % of the tokens before a level-3 question, ~87 % at level 4)
         self.shots = shots
         self.seed = seed
         self.data = (
