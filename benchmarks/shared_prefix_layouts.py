@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/shared_prefix_layouts.py [--level 3] [--demos 8] [--mixed] [--repeat 2]
 
-The oracle plays ``--demos`` training tasks of finqa-lite level ``--level`` (``--mixed``: a quarter of them from
-each of levels 1-4, as the agentic recipe's imitation draws them); each layout then runs one forward and backward
+The oracle plays ``--demos`` training tasks of finqa-lite level ``--level`` on the environment's few-shot prompt
+(``--mixed``: a quarter of them from each of levels 1-4, a batch without ``sft.group_by_prompt``); each layout then runs one forward and backward
 (bf16 autocast, SmolLM2-135M, the SFT loss on the demonstrations' assistant tokens) in its own process, so that
 peak RSS is the layout's own. Layouts are run in turn, ``--repeat`` rounds, and the median per layout printed with
 its ratio to the plain layout. Prints one JSON line per layout; asserts nothing.

@@ -10,6 +10,7 @@ import torch
 from conftest import VOCAB, tiny_llama
 from test_train_shared_prefix import _assert_grads_close, _batch, _seq, _update
 
+from agentrft.train import segment_attention
 from agentrft.train.config import AlgorithmConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import collate, micro_batches
@@ -54,11 +55,16 @@ def test_segmented_attention_equals_masked_attention(path):
     torch.manual_seed(0)
     heads, kv, length, dim = 4, 2, 14, 8
     segments = [(5, [(5, 8), (8, 9), (9, 12)]), (0, [(0, 6), (6, 13)]), (7, [])]
-    q = torch.randn(3, heads, length, dim, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(3, kv, length, dim, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(3, kv, length, dim, dtype=torch.float64, requires_grad=True)
-    mask = torch.zeros(3, 1, length, length, dtype=torch.bool)
-    real = torch.zeros(3, length, dtype=torch.bool)
+    if path == "auto":  # a fourth row long enough that auto takes the causal path for it: 2 x 600 after 4
+        segments.append((4, [(4, 604), (604, 1204)]))
+        picked = [segment_attention.suffix_path(p, len(sp), max(e - s for s, e in sp)) for p, sp in segments if sp]
+        assert picked == ["masked", "masked", "causal"]
+    rows, length = len(segments), max(length, 1204)
+    q = torch.randn(rows, heads, length, dim, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(rows, kv, length, dim, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(rows, kv, length, dim, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(rows, 1, length, length, dtype=torch.bool)
+    real = torch.zeros(rows, length, dtype=torch.bool)
     for r, (p, spans) in enumerate(segments):
         mask[r, 0, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
         real[r, :p] = True
@@ -79,7 +85,7 @@ def test_segmented_attention_equals_masked_attention(path):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
 
 
-def test_the_suffix_path_is_the_one_that_computes_fewer_pairs():
+def test_the_suffix_path_for_the_recipes_rows_is_pinned():
     # the recipe's level-3 rows: ~1,100-token suffixes after a 290-token zero-shot prompt or a 1,365-token
     # few-shot one (its worked example); a row of one short suffix after a long prefix
     assert suffix_path(290, 8, 1100) == "causal"
@@ -87,8 +93,16 @@ def test_the_suffix_path_is_the_one_that_computes_fewer_pairs():
     assert suffix_path(2000, 1, 50) == "masked" and suffix_path(0, 4, 2000) == "causal"
 
 
+@pytest.fixture(params=["auto", "causal"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The model-level tests by the path ``auto`` picks at their sizes (masked) and by the causal one."""
+    if request.param == "causal":
+        monkeypatch.setattr(segment_attention, "suffix_path", lambda p, n, s: "causal")
+    return str(request.param)
+
+
 @pytest.mark.parametrize("dtype,rtol,atol", [(torch.float64, 1e-10, 1e-12), (torch.float32, 1e-5, 1e-6)])
-def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol):
+def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol, path):
     seqs = _batch()
     ref_model, model = tiny_llama(dtype=dtype), tiny_llama(dtype=dtype)
     mb = collate(seqs)
@@ -112,7 +126,7 @@ def test_logprobs_and_gradients_equal_per_sample(dtype, rtol, atol):
 
 
 @pytest.mark.parametrize("row_tokens,max_tokens", [(10_000, 10_000), (40, 10_000), (30, 60)])
-def test_update_equals_per_sample_under_any_split(row_tokens, max_tokens):
+def test_update_equals_per_sample_under_any_split(row_tokens, max_tokens, path):
     algo = AlgorithmConfig(updates_per_batch=2)
     seqs = _batch()
     d_ref, m_ref = _update(micro_batches(seqs, max_tokens=1), algo)
@@ -125,7 +139,7 @@ def test_update_equals_per_sample_under_any_split(row_tokens, max_tokens):
 
 
 @pytest.mark.parametrize("lora,gc", [(True, False), (True, True), (False, True)])
-def test_update_equals_per_sample_with_lora_and_checkpointing(lora, gc):
+def test_update_equals_per_sample_with_lora_and_checkpointing(lora, gc, path):
     """Checkpointing recomputes each layer in the backward: the layout is a forward argument, so it is there too."""
     algo = AlgorithmConfig()
     seqs = _batch(seed=3)
@@ -160,7 +174,7 @@ def test_layout_choices_are_checked():
         use_segment_attention(eager)
 
 
-def test_bf16_autocast_matches_the_tree_layout():
+def test_bf16_autocast_matches_the_tree_layout(path):
     """Under bf16 autocast (the trainer's CPU default) the segment layout computes what the tree layout does."""
     from agentrft.train.update import autocast
 
