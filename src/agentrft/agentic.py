@@ -19,11 +19,13 @@ steps that mattered. One command, one run directory:
 5. **final** held-out and ``ood`` evals, the per-level table, and the report.
 
 The trained prompt (``trained_shots``, default 0: ``finqa-lite:N?shots=0``): the base model needs the
-worked example to attempt a task at all, a policy that has imitated the expert does not; without it a
-level-3 prompt is ~290 tokens instead of ~1,400 (level 4: ~2,300), which every update and every sampled turn
-pays for, and the model cannot copy the example's figures. Everything from the demonstrations on uses it, so
-what is trained is what is measured; the baseline is measured on both prompts, and the paired tests compare
-each later stage with both.
+worked example to attempt a task at all, a policy that has imitated the expert does not. Without it the prompt
+before a level-3 question is ~295 tokens instead of ~1,365 (level 4: ~330 instead of ~2,430), so a level-3 or
+level-4 demonstration is ~45 % shorter (2,430 -> 1,360 tokens; 4,530 -> 2,430), which every update and every
+sampled turn pays for, and the model cannot copy the example's figures. Everything from the demonstrations on
+uses it (every stage's ``rollout.env``; an override must keep their ``shots`` alike), so what is trained is what
+is measured; the baseline is measured on both prompts (held-out and ood), and the paired tests compare each later
+stage with both.
 
 A task's prompt, tools and limits are its own level's whatever levels the environment serves
 (`FinqaLiteEnv.initial_messages`), so what is trained on ``finqa-lite:1,2,3,4?shots=0`` is exactly what
@@ -44,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -53,6 +56,20 @@ from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
 BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"
 STAGES = ("baseline", BASELINE_TRAINED_PROMPT, "imitation", "final")
+
+
+def with_shots(spec: str, shots: str | int | None) -> str:
+    """An environment spec with its ``shots`` option set to ``shots`` (None: removed, the environment's own)."""
+    base, _, query = spec.partition("?")
+    options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items() if k != "shots"}
+    if shots is not None:
+        options["shots"] = str(shots)
+    return base + (f"?{urlencode(options)}" if options else "")
+
+
+def shots_of(spec: str) -> str | None:
+    """The ``shots`` option of an environment spec (None where it has none)."""
+    return parse_qs(spec.partition("?")[2]).get("shots", [None])[-1]
 
 
 class AgenticSettings(BaseModel):
@@ -80,12 +97,12 @@ class AgenticSettings(BaseModel):
         description="worked examples per level in the prompts of everything after the baseline (demonstrations, "
         "imitation, RL, later evals): 0 = zero-shot, null = the environment's own, as the baseline has. The base "
         "model needs the worked example to attempt a task; a trained policy does not, and without it a level-3/4 "
-        "prompt is ~60-75 % shorter in every update and every sampled turn",
+        "episode is ~45 % shorter in every update and every sampled turn",
     )
     baseline_trained_prompt: bool = Field(
         default=True,
-        description="also evaluate the base policy on the trained prompt (held-out, run baseline-trained-prompt) "
-        "when trained_shots changes it, so a gain is not the prompt's",
+        description="also evaluate the base policy on the trained prompt (runs baseline-trained-prompt and, with "
+        "ood, baseline-trained-prompt-ood) when it differs from the baseline's, so a gain is not the prompt's",
     )
 
     @field_validator("demo_tasks")
@@ -104,11 +121,6 @@ class AgenticSettings(BaseModel):
         if set(value) == set(range(1, 5)):
             raise ValueError("late_levels: the first pass needs at least one level that is not late")
         return sorted(set(value))
-
-    def env_spec(self, levels: str, trained: bool) -> str:
-        """The finqa-lite spec of ``levels`` ("2,3,4") with the baseline's prompt or the trained one."""
-        shots = f"?shots={self.trained_shots}" if trained and self.trained_shots is not None else ""
-        return f"finqa-lite:{levels}{shots}"
 
     def demo_counts(self) -> tuple[dict[int, int], dict[int, int]]:
         """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass)."""
@@ -173,8 +185,7 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
     from agentrft.train.config import PRESETS, ConfigError, build_config
 
     def trained_env(preset: str) -> str:
-        levels = PRESETS[preset]["rollout"]["env"].removeprefix("finqa-lite:")
-        return f"rollout.env={settings.env_spec(levels, trained=True)}"
+        return f"rollout.env={with_shots(PRESETS[preset]['rollout']['env'], settings.trained_shots)}"
 
     sft_sets = [f"data.source={run_dir / RUN_STORE_NAME}", trained_env("agentic-imitation")]
     late_sets = [*sft_sets[:1], trained_env("agentic-imitation-late")]
@@ -202,6 +213,13 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
     if "lora" in (sft.policy.finetune, late.policy.finetune, rl.policy.finetune):
         # the stages train the one in-process model in turn; a LoRA adapter would be wrapped again
         raise ConfigError("demo --agentic: policy.finetune: the recipe fine-tunes all weights (full), not lora")
+    shots = {name: shots_of(cfg.rollout.env) for name, cfg in (("imitation", sft), ("late", late), ("rl", rl))}
+    if len(set(shots.values())) > 1:
+        # what is trained is what the later evals measure: one prompt for every stage
+        raise ConfigError(
+            "demo --agentic: imitation, late and rl must train on the same prompt; rollout.env shots differ: "
+            + ", ".join(f"{name} {value or 'the environment default'}" for name, value in shots.items())
+        )
     return sft, late, rl
 
 
@@ -251,7 +269,7 @@ def run_agentic(
     run_dir = Path(run_dir)
     sft_cfg, late_cfg, rl_cfg = agentic_configs(run_dir, settings, list(overrides or []))
     first_demos, late_demos = settings.demo_counts()
-    chosen = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
+    chosen: dict[str, Any] = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(
             f"demo --agentic: run dir {run_dir} is not empty (pick a new one, or --resume a stopped recipe)"
@@ -259,16 +277,27 @@ def run_agentic(
     if resume:
         if not (run_dir / SETTINGS_NAME).is_file():
             raise ConfigError(f"demo --agentic --resume: {run_dir} holds no agentic recipe ({SETTINGS_NAME} missing)")
-        if json.loads((run_dir / SETTINGS_NAME).read_text()) != chosen:
+        started = json.loads((run_dir / SETTINGS_NAME).read_text())
+        if started != chosen:
+            was, now = started.get("settings", {}), chosen["settings"]
+            differ = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+            differ += ["--set overrides"] if started.get("overrides") != chosen["overrides"] else []
             raise ConfigError(
                 f"demo --agentic --resume: the settings or --set overrides differ from those {run_dir} was started "
-                f"with (see {run_dir / SETTINGS_NAME})"
+                f"with ({', '.join(differ)}; see {run_dir / SETTINGS_NAME})"
             )
     levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
-    # the baseline's prompt, and the one demonstrations, training and the later evals use (trained_shots)
-    eval_specs = {trained: settings.env_spec(levels, trained) for trained in (False, True)}
-    eval_envs = {trained: make_env(spec) for trained, spec in eval_specs.items()}
-    train_env = make_env(sft_cfg.rollout.env)  # the demonstrations are played on the prompt imitation learns
+    # the baseline's prompt, and the one demonstrations, training and the later evals use (the stages' shots)
+    eval_specs = {
+        False: f"finqa-lite:{levels}",
+        True: with_shots(f"finqa-lite:{levels}", shots_of(sft_cfg.rollout.env)),
+    }
+    eval_envs = {False: make_env(eval_specs[False])}
+    eval_envs[True] = make_env(eval_specs[True]) if eval_specs[True] != eval_specs[False] else eval_envs[False]
+    # the base policy on the trained prompt, where that prompt is another (fewer worked examples than the env has)
+    trained_prompt_differs = eval_envs[True].few_shot() != eval_envs[False].few_shot()
+    train_env = make_env(sft_cfg.rollout.env)  # the demonstrations are played on the prompt each pass learns
+    late_env = train_env if late_cfg.rollout.env == sft_cfg.rollout.env else make_env(late_cfg.rollout.env)
     outcome = load_grader(train_env.grader_spec())
     rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -310,24 +339,29 @@ def run_agentic(
         run_eval("baseline", "held-out", settings.eval_tasks, trained=False)
         if settings.ood:
             run_eval("baseline-ood", "ood", settings.ood_tasks, trained=False)
-        if settings.baseline_trained_prompt and eval_specs[True] != eval_specs[False]:
+        if settings.baseline_trained_prompt and trained_prompt_differs:
             run_eval(BASELINE_TRAINED_PROMPT, "held-out", settings.eval_tasks)
+            if settings.ood:
+                run_eval(BASELINE_TRAINED_PROMPT + "-ood", "ood", settings.ood_tasks)
 
         start = time.perf_counter()
         oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
-        for name, counts in (("demos", first_demos), ("demos-late", late_demos)):
+        for name, counts, env, cfg in (
+            ("demos", first_demos, train_env, sft_cfg),
+            ("demos-late", late_demos, late_env, late_cfg),
+        ):
             if not counts or (resume and finished_eval(store, name) is not None):
                 continue
             evaluate(
-                train_env,
+                env,
                 oracle,
                 split="train",
                 samples=1,
                 tasks=counts,
                 store=store,
                 run_name=name,
-                params=SamplingParams(temperature=0.0, max_tokens=train_env.limits.max_tokens_per_turn),
-                env_spec=sft_cfg.rollout.env,
+                params=SamplingParams(temperature=0.0, max_tokens=env.limits.max_tokens_per_turn),
+                env_spec=cfg.rollout.env,
                 grader=outcome,
                 tool_format=sft_cfg.rollout.tool_format,
                 seed=rl_cfg.seed,
@@ -336,7 +370,7 @@ def run_agentic(
         seconds["demos"] = time.perf_counter() - start
 
         def stage_env(spec: str) -> Any:
-            return train_env if spec == sft_cfg.rollout.env else make_env(spec)
+            return {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env}.get(spec) or make_env(spec)
 
         def stage(cfg: Any, where: Path, grader: Any) -> int:
             """Train one stage on the in-process policy; a stopped one resumes from its checkpoint."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.agentic import AgenticSettings, agentic_configs, run_agentic
+from agentrft.agentic import AgenticSettings, agentic_configs, run_agentic, shots_of, with_shots
 from agentrft.envs.registry import make_env
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError
@@ -32,8 +32,13 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
         "finqa-lite:1,2,3,4?shots=0",
         "finqa-lite:1,2,3?shots=0",
     )
-    few_shot = agentic_configs(tmp_path, AgenticSettings(trained_shots=None), ["rl.rollout.env=finqa-lite:2?shots=1"])
-    assert (few_shot[0].rollout.env, few_shot[2].rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:2?shots=1")
+    few_shot = agentic_configs(tmp_path, AgenticSettings(trained_shots=None), ["rl.rollout.env=finqa-lite:2"])
+    assert (few_shot[0].rollout.env, few_shot[2].rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:2")
+    # every stage trains on one prompt, the one the later evals measure
+    with pytest.raises(ConfigError, match="same prompt; rollout.env shots differ: imitation 0, late 0, rl 1"):
+        agentic_configs(tmp_path, full, ["rl.rollout.env=finqa-lite:2?shots=1"])
+    with pytest.raises(ConfigError, match="imitation the environment default, late 0, rl 0"):
+        agentic_configs(tmp_path, full, ["imitation.rollout.env=finqa-lite:1,2,3,4"])
     with pytest.raises(ConfigError, match=r"expected \[imitation\.\|late\.\|rl\.\]KEY=VALUE"):
         agentic_configs(tmp_path, full, ["steps"])
     with pytest.raises(ConfigError, match="rollout.group_size"):
@@ -75,7 +80,15 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     store = Store(run_dir / RUN_STORE_NAME)
     first = {r.name: r.id for r in store.list_runs() if r.kind == "eval"}
     store.close()
-    assert {"baseline", "baseline-ood", "baseline-trained-prompt", "demos", "demos-late", "imitation"} <= set(first)
+    assert {
+        "baseline",
+        "baseline-ood",
+        "baseline-trained-prompt",
+        "baseline-trained-prompt-ood",
+        "demos",
+        "demos-late",
+        "imitation",
+    } <= set(first)
     store = Store(run_dir / RUN_STORE_NAME)
     sft_run = next(r.id for r in store.list_runs() if r.kind == "train")
     store.close()
@@ -90,6 +103,7 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         "baseline",
         "baseline-ood",
         "baseline-trained-prompt",
+        "baseline-trained-prompt-ood",
         "imitation",
         "final",
         "final-ood",
@@ -136,6 +150,7 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         "imitation vs baseline-trained-prompt",
         "final vs baseline-trained-prompt",
         "final-ood vs baseline-ood",
+        "final-ood vs baseline-trained-prompt-ood",
     }
     assert set(summary["paired"]["final vs baseline"]) == {"2", "3", "4"}
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -145,6 +160,13 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     assert len(late_metrics.splitlines()) == 1
     assert all((run_dir / d / "policy").is_dir() for d in (".", "imitation", "imitation-late"))
     assert "imitation" in (run_dir / "report.html").read_text()
+
+
+def test_an_environment_spec_gets_its_shots_option_set() -> None:
+    assert with_shots("finqa-lite:1,2,3", 0) == "finqa-lite:1,2,3?shots=0"
+    assert with_shots("finqa-lite:2?shots=3", 1) == "finqa-lite:2?shots=1"
+    assert with_shots("finqa-lite?shots=0", None) == "finqa-lite" and with_shots("finqa-lite:4", None) == "finqa-lite:4"
+    assert [shots_of(s) for s in ("finqa-lite:2?shots=1", "finqa-lite:2", "finqa-lite?shots=0")] == ["1", None, "0"]
 
 
 def test_late_levels_split_the_demonstrations_and_are_checked() -> None:

@@ -36,9 +36,10 @@ def demo_cmd(
     agentic: bool = typer.Option(
         False,
         "--agentic",
-        help="The agentic recipe on finqa-lite levels 2-4: baseline evals, oracle demonstrations, imitation (level 4 "
-        "in a second pass), GRPO with the curriculum and per-turn credit, final evals (held-out and ood). "
-        "--set imitation.KEY=V / late.KEY=V / rl.KEY=V.",
+        help="The agentic recipe on finqa-lite levels 2-4: baseline evals (few-shot prompt, and the base policy on "
+        "the trained zero-shot prompt), oracle demonstrations, imitation (level 4 in a second pass), GRPO with the "
+        "curriculum and per-turn credit, final evals (held-out and ood), all after the baseline on the zero-shot "
+        "prompt. --set imitation.KEY=V / late.KEY=V / rl.KEY=V.",
     ),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
@@ -116,7 +117,10 @@ def _agentic(
     if as_json:
         typer.echo(json.dumps(result.summary()))
         return
-    table = Table(title="finqa-lite pass@1 by level: baseline, after imitation, after RL")
+    table = Table(
+        title="finqa-lite pass@1 by level: baseline (its few-shot prompt; baseline-trained-prompt: on the trained "
+        "policy's prompt), after imitation, after RL"
+    )
     table.add_column("level")
     for s in result.stages():
         table.add_column(s, justify="right")
