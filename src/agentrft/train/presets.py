@@ -44,9 +44,12 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # are: 48 per-report demonstrations shuffled in with the others left it at 0 and cost levels 2-3 (runs/agentic4:
 # 16/64/144/48, level 2 0.31, level 3 0.34), while 64 of them after the others took it from 0 to 0.34 and left
 # levels 2-3 where they were (runs/l4dec: 0.83 / 0.53). So level 4 is imitated in a second pass, after the others.
-# On the zero-shot prompt the recipe trains on (agentic.AgenticSettings.trained_shots) a level-4 batch costs ~100 s
-# instead of ~190-250 (2-core Xeon with AMX, 2026-12-02), so the second pass takes 32 demonstrations, not 16.
-AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 200, 4: 32}
+# On the zero-shot prompt the recipe trains on (agentic.AgenticSettings.trained_shots) a level-4 batch of 8 costs
+# 146 s on the 2-core Xeon with AMX, and 100 s since the segment layout's causal suffix path (the few-shot prompt's:
+# 190-250 s), so the second pass takes 32 demonstrations, not 16. In a whole run on that machine (2026-12-02) the
+# first pass over 200 level-3 demonstrations took 28.2 min (level-3 batches 49-67 s) and the second 8.3 min, which
+# with RL's ~10 left no room in the 45 minutes: level 3 takes 176 (three batches fewer).
+AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 32}
 AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
 
@@ -59,10 +62,11 @@ def _passes(counts: dict[int, int], late: tuple[int, ...]) -> tuple[int, int]:
 
 _FIRST_STEPS, _LATE_STEPS = _passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS)
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
-# One pass over the recipe's demonstrations; a batch is 8 of one level (sft.group_by_prompt), packed
-# as segments in 8192-token rows, so a level's prompt (system, tools, worked example: 470-2,340 tokens) runs once
-# per row instead of once per demonstration. (Rows of 12,288 tokens, which run a level-4 prompt once per 4
-# demonstrations instead of 2, were no faster: 208 s against 200 s for the same first batch, and 19.6 GiB peak.)
+# One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
+# recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4), packed
+# as segments in 8192-token rows, so the shared prompt (~230-300 tokens zero-shot; with the worked example
+# 470-2,340) runs once per row instead of once per demonstration. (Rows of 12,288 tokens, which run a level-4
+# prompt once per 4 demonstrations instead of 2, were no faster: 208 s against 200 s for the same first batch, and 19.6 GiB peak.)
 # The first run of the recipe (24 steps over 48 per level, lr 3e-5) fitted its demonstrations (nll 0.43 -> 0.08)
 # but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
