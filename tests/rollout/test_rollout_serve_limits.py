@@ -258,20 +258,25 @@ def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -
         for _ in range(2):  # finished before the signal
             assert httpx.post(chat, json={"messages": USER, "max_tokens": 3}, timeout=30).status_code == 200
         replies: dict[str, httpx.Response | Exception] = {}
+        sending = {name: threading.Event() for name in ("long", "short")}
 
         def send(name: str, max_tokens: int) -> None:
+            # the event is set as the request goes out: on a loaded machine starting a thread and a client can
+            # take longer than the pause below, and a request sent after the signal is refused, not in flight
+            hooks = {"request": [lambda _: sending[name].set()]}
             try:
-                replies[name] = httpx.post(
-                    chat, json={"messages": USER, "max_tokens": max_tokens, "seed": 1}, timeout=60
-                )
+                with httpx.Client(timeout=60, event_hooks=hooks) as client:
+                    replies[name] = client.post(chat, json={"messages": USER, "max_tokens": max_tokens, "seed": 1})
             except httpx.TransportError as exc:
                 replies[name] = exc
 
         long = threading.Thread(target=send, args=("long", 4000))  # cannot finish within the grace
         long.start()
+        assert sending["long"].wait(30)
         time.sleep(1.0)
         short = threading.Thread(target=send, args=("short", 10))  # finishes within it
         short.start()
+        assert sending["short"].wait(30)
         time.sleep(0.2)
         t0 = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
