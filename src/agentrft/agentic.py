@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
@@ -91,6 +91,12 @@ class AgenticSettings(BaseModel):
         default_factory=lambda: list(LATE_LEVELS),
         description="levels imitated in a second pass, after the others are (empty: one pass over every level)",
     )
+    late_replay: int = Field(
+        default=0,
+        ge=0,
+        description="demonstrations of each first-pass level (the first N of its own) replayed in the late pass, "
+        "so the late levels' pattern does not overwrite theirs; the late pass then takes one pass over both",
+    )
     trained_shots: int | None = Field(
         default=0,
         ge=0,
@@ -126,7 +132,28 @@ class AgenticSettings(BaseModel):
         """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass)."""
         counts = self.demo_tasks if isinstance(self.demo_tasks, dict) else dict.fromkeys(range(1, 5), self.demo_tasks)
         first = {lv: n for lv, n in counts.items() if lv not in self.late_levels}
-        return first, {lv: n for lv, n in counts.items() if lv in self.late_levels}
+        late = {lv: n for lv, n in counts.items() if lv in self.late_levels}
+        if late and self.late_replay:
+            late |= {lv: min(n, self.late_replay) for lv, n in first.items()}
+        return first, dict(sorted(late.items()))
+
+    def with_overrides(self, items: list[str]) -> AgenticSettings:
+        """These settings with ``recipe.KEY=VALUE`` items applied (VALUE read as JSON where it parses, else as a
+        string); an unknown key or a bad value raises ValueError naming the item."""
+        values = self.model_dump()
+        for item in items:
+            key, eq, raw = item.removeprefix("recipe.").partition("=")
+            if not eq or key not in type(self).model_fields:
+                known = ", ".join(type(self).model_fields)
+                raise ValueError(f"--set {item!r}: expected recipe.KEY=VALUE with KEY one of {known}")
+            try:
+                values[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                values[key] = raw
+        try:
+            return type(self).model_validate(values)
+        except ValidationError as err:
+            raise ValueError(f"--set {', '.join(items)}: {err.errors()[0]['msg']} ({err.errors()[0]['loc']})") from None
 
     @classmethod
     def preset(cls, quick: bool) -> AgenticSettings:
@@ -194,6 +221,9 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
         sft_sets += ["steps=2", "sft.batch_size=4"]
         late_sets += ["steps=1", "sft.batch_size=4"]
         rl_sets += ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"]
+    elif settings.late_replay:  # one pass over the late levels' demonstrations and the replayed ones
+        batch = PRESETS["agentic-imitation-late"]["sft"]["batch_size"]
+        late_sets.append(f"steps={max(1, -(-sum(settings.demo_counts()[1].values()) // batch))}")
     stages = {"imitation.": sft_sets, "late.": late_sets, "rl.": rl_sets}
     for item in overrides:
         key = item.partition("=")[0]

@@ -25,6 +25,9 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     defaults = agentic_configs(tmp_path, full, [])
     assert defaults[0].steps == -(-sum(first.values()) // 8) and defaults[1].steps == -(-sum(later.values()) // 8)
     assert set(later) == {4} and set(first) == {1, 2, 3}
+    # replayed demonstrations lengthen the late pass to one pass over them too: 32 + 3 x 8 in batches of 8
+    replayed = agentic_configs(tmp_path, AgenticSettings(late_replay=8), [])[1]
+    assert replayed.steps == -(-(later[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
     assert (sft.rollout.env, late.rollout.env, rl.rollout.env) == (
@@ -174,7 +177,36 @@ def test_late_levels_split_the_demonstrations_and_are_checked() -> None:
     assert settings.demo_counts() == ({1: 3, 2: 5, 3: 7}, {4: 2})
     assert AgenticSettings(demo_tasks=4, late_levels=[]).demo_counts() == (dict.fromkeys(range(1, 5), 4), {})
     assert AgenticSettings(late_levels=[4, 3, 4]).late_levels == [3, 4]
+    # the late pass replays the first N demonstrations of each first-pass level beside the late ones
+    replay = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_replay=4)
+    assert replay.demo_counts() == ({1: 3, 2: 5, 3: 7}, {1: 3, 2: 4, 3: 4, 4: 2})
+    assert AgenticSettings(demo_tasks=4, late_levels=[], late_replay=2).demo_counts()[1] == {}
+    with pytest.raises(ValueError, match="late_replay"):
+        AgenticSettings(late_replay=-1)
+
+
+def test_recipe_settings_are_set_by_name_and_bad_ones_are_named() -> None:
+    base = AgenticSettings()
+    got = base.with_overrides(["recipe.late_replay=8", 'recipe.demo_tasks={"1": 4, "4": 2}', "recipe.ood=false"])
+    assert (got.late_replay, got.demo_tasks, got.ood) == (8, {1: 4, 4: 2}, False)
+    assert base.late_replay == 0 and base.with_overrides([]) == base
+    with pytest.raises(ValueError, match="recipe.nope=1.*KEY one of quick, levels"):
+        base.with_overrides(["recipe.nope=1"])
+    with pytest.raises(ValueError, match="recipe.late_replay=-2.*greater than or equal to 0"):
+        base.with_overrides(["recipe.late_replay=-2"])
     with pytest.raises(ValueError, match="late_levels: levels 1-4"):
         AgenticSettings(late_levels=[5])
     with pytest.raises(ValueError, match="at least one level that is not late"):
         AgenticSettings(late_levels=[1, 2, 3, 4])
+
+
+def test_a_bad_recipe_setting_on_the_command_line_fails_before_anything_runs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentrft.cli.main import app
+
+    run_dir = tmp_path / "run"
+    for bad, says in (("recipe.late_replay=x", "late_replay"), ("recipe.nope=1", "KEY one of")):
+        result = CliRunner().invoke(app, ["demo", "--agentic", "--run-dir", str(run_dir), "--set", bad])
+        assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output
+    assert not run_dir.exists()

@@ -16,7 +16,12 @@ _FULL, _QUICK = DemoSettings.preset(False), DemoSettings.preset(True)  # the --h
 def demo_cmd(
     quick: bool = typer.Option(False, "--quick", help="A few minutes: tiny evals and 2 training steps (CI smoke run)."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where the store, metrics, checkpoints and report go."),
-    set_: list[str] = typer.Option([], "--set", help="Override a training option, e.g. --set steps=20 (repeatable)."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Override a training option, e.g. --set steps=20 (repeatable); with --agentic also a stage's "
+        "(imitation.K=V, late.K=V, rl.K=V) or the recipe's own settings (recipe.K=V, e.g. recipe.late_replay=8).",
+    ),
     eval_tasks: int = typer.Option(
         None,
         "--eval-tasks",
@@ -105,6 +110,13 @@ def _agentic(
         settings.eval_tasks = eval_tasks
     if eval_samples is not None:
         settings.eval_samples = eval_samples
+    recipe = [item for item in sets if item.startswith("recipe.")]
+    sets = [item for item in sets if not item.startswith("recipe.")]
+    try:
+        settings = settings.with_overrides(recipe)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     if resume and run_dir is None:
         typer.echo("error: --resume needs the --run-dir of the recipe to continue", err=True)
         raise typer.Exit(2)
