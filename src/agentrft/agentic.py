@@ -46,30 +46,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentrft.envs.registry import shots_of, with_shots
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
 BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"
 STAGES = ("baseline", BASELINE_TRAINED_PROMPT, "imitation", "final")
-
-
-def with_shots(spec: str, shots: str | int | None) -> str:
-    """An environment spec with its ``shots`` option set to ``shots`` (None: removed, the environment's own)."""
-    base, _, query = spec.partition("?")
-    options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items() if k != "shots"}
-    if shots is not None:
-        options["shots"] = str(shots)
-    return base + (f"?{urlencode(options)}" if options else "")
-
-
-def shots_of(spec: str) -> str | None:
-    """The ``shots`` option of an environment spec (None where it has none)."""
-    return parse_qs(spec.partition("?")[2]).get("shots", [None])[-1]
 
 
 class AgenticSettings(BaseModel):
@@ -138,22 +124,22 @@ class AgenticSettings(BaseModel):
         return first, dict(sorted(late.items()))
 
     def with_overrides(self, items: list[str]) -> AgenticSettings:
-        """These settings with ``recipe.KEY=VALUE`` items applied (VALUE read as JSON where it parses, else as a
-        string); an unknown key or a bad value raises ValueError naming the item."""
+        """These settings with ``recipe.KEY=VALUE`` items applied (VALUE read as every ``--set`` value is,
+        `train.config.parse_override`); an unknown key or a bad value raises ConfigError naming the item."""
+        from agentrft.train.config import ConfigError, parse_override
+
         values = self.model_dump()
         for item in items:
-            key, eq, raw = item.removeprefix("recipe.").partition("=")
-            if not eq or key not in type(self).model_fields:
+            key, value = parse_override(item.removeprefix("recipe."))
+            if key not in type(self).model_fields:
                 known = ", ".join(type(self).model_fields)
-                raise ValueError(f"--set {item!r}: expected recipe.KEY=VALUE with KEY one of {known}")
-            try:
-                values[key] = json.loads(raw)
-            except json.JSONDecodeError:
-                values[key] = raw
+                raise ConfigError(f"--set {item!r}: expected recipe.KEY=VALUE with KEY one of {known}")
+            values[key] = value
         try:
             return type(self).model_validate(values)
         except ValidationError as err:
-            raise ValueError(f"--set {', '.join(items)}: {err.errors()[0]['msg']} ({err.errors()[0]['loc']})") from None
+            first = err.errors()[0]
+            raise ConfigError(f"--set {', '.join(items)}: {first['msg']} ({first['loc']})") from None
 
     @classmethod
     def preset(cls, quick: bool) -> AgenticSettings:
@@ -210,6 +196,7 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
     Checked before any model loads."""
     from agentrft.store import RUN_STORE_NAME
     from agentrft.train.config import PRESETS, ConfigError, build_config
+    from agentrft.train.presets import one_pass
 
     def trained_env(preset: str) -> str:
         return f"rollout.env={with_shots(PRESETS[preset]['rollout']['env'], settings.trained_shots)}"
@@ -221,9 +208,10 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
         sft_sets += ["steps=2", "sft.batch_size=4"]
         late_sets += ["steps=1", "sft.batch_size=4"]
         rl_sets += ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"]
-    elif settings.late_replay:  # one pass over the late levels' demonstrations and the replayed ones
-        batch = PRESETS["agentic-imitation-late"]["sft"]["batch_size"]
-        late_sets.append(f"steps={max(1, -(-sum(settings.demo_counts()[1].values()) // batch))}")
+    else:  # one pass over each pass's demonstrations (the late one's replayed ones included), as the presets take
+        first, late_counts = settings.demo_counts()
+        sft_sets.append(f"steps={one_pass(first)}")
+        late_sets.append(f"steps={max(1, one_pass(late_counts))}")
     stages = {"imitation.": sft_sets, "late.": late_sets, "rl.": rl_sets}
     for item in overrides:
         key = item.partition("=")[0]

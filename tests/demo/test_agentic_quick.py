@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.agentic import AgenticSettings, agentic_configs, run_agentic, shots_of, with_shots
-from agentrft.envs.registry import make_env
+from agentrft.agentic import AgenticSettings, agentic_configs, run_agentic
+from agentrft.envs.registry import make_env, shots_of, with_shots
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError
 

@@ -110,18 +110,13 @@ def _agentic(
         settings.eval_tasks = eval_tasks
     if eval_samples is not None:
         settings.eval_samples = eval_samples
-    recipe = [item for item in sets if item.startswith("recipe.")]
-    sets = [item for item in sets if not item.startswith("recipe.")]
-    try:
-        settings = settings.with_overrides(recipe)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
     if resume and run_dir is None:
         typer.echo("error: --resume needs the --run-dir of the recipe to continue", err=True)
         raise typer.Exit(2)
     run_dir = run_dir or Path("runs") / f"agentic-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
+        settings = settings.with_overrides([item for item in sets if item.startswith("recipe.")])
+        sets = [item for item in sets if not item.startswith("recipe.")]
         result = run_agentic(run_dir, settings, sets, progress=not as_json, resume=resume)
     except (ConfigError, InputError) as err:
         typer.echo(f"error: {err}", err=True)

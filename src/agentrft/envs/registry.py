@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from agentrft.envs.base import Environment
 from agentrft.inputs import InputError
@@ -36,6 +36,20 @@ def _options(spec: str, query: str, known: tuple[str, ...]) -> dict[str, str]:
     if unknown:
         raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: {', '.join(known)})")
     return {key: values[-1] for key, values in params.items()}
+
+
+def with_shots(spec: str, shots: str | int | None) -> str:
+    """An environment spec with its ``shots`` option set to ``shots`` (None: removed, the environment's own)."""
+    base, _, query = spec.partition("?")
+    options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items() if k != "shots"}
+    if shots is not None:
+        options["shots"] = str(shots)
+    return base + (f"?{urlencode(options)}" if options else "")
+
+
+def shots_of(spec: str) -> str | None:
+    """The ``shots`` option of an environment spec (None where it has none)."""
+    return parse_qs(spec.partition("?")[2]).get("shots", [None])[-1]
 
 
 def make_env(spec: str, **kwargs: Any) -> Environment:

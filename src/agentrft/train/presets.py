@@ -54,19 +54,20 @@ AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`age
 _AGENTIC_BATCH = 8
 
 
-def _passes(counts: dict[int, int], late: tuple[int, ...]) -> tuple[int, int]:
-    """SFT steps of one pass over the first pass's demonstrations and over the late ones."""
-    first = sum(n for lv, n in counts.items() if lv not in late)
-    return -(-first // _AGENTIC_BATCH), -(-sum(counts[lv] for lv in late) // _AGENTIC_BATCH)
+def one_pass(counts: dict[int, int]) -> int:
+    """SFT steps of one pass over demonstrations counted per level, in the recipe's batches."""
+    return -(-sum(counts.values()) // _AGENTIC_BATCH)
 
 
-_FIRST_STEPS, _LATE_STEPS = _passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS)
+_FIRST_STEPS = one_pass({lv: n for lv, n in AGENTIC_DEMO_TASKS.items() if lv not in AGENTIC_LATE_LEVELS})
+_LATE_STEPS = one_pass({lv: n for lv, n in AGENTIC_DEMO_TASKS.items() if lv in AGENTIC_LATE_LEVELS})
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
-# recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4), packed
-# as segments in 8192-token rows, so the shared prompt (~230-300 tokens zero-shot; with the worked example
+# recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4),
+# packed as segments in 8192-token rows, so the shared prompt (~230-300 tokens zero-shot; with the worked example
 # 470-2,340) runs once per row instead of once per demonstration. (Rows of 12,288 tokens, which run a level-4
-# prompt once per 4 demonstrations instead of 2, were no faster: 208 s against 200 s for the same first batch, and 19.6 GiB peak.)
+# prompt once per 4 demonstrations instead of 2, were no faster: 208 s against 200 s for the same first batch,
+# and 19.6 GiB peak.)
 # The first run of the recipe (24 steps over 48 per level, lr 3e-5) fitted its demonstrations (nll 0.43 -> 0.08)
 # but mostly picked the wrong formula on held-out questions.
 _AGENTIC_IMITATION: dict[str, Any] = {
