@@ -44,7 +44,14 @@ from agentrft.train.pipeline import (
     step_metrics,
 )
 from agentrft.train.session import Session, StepFn, StepHook, check_run_dir, seed_everything
-from agentrft.train.stages import advantage_stage, collect_stage, command_agent, pack_stage, train_runner
+from agentrft.train.stages import (
+    advantage_stage,
+    collect_stage,
+    command_agent,
+    pack_stage,
+    skip_zero_advantage,
+    train_runner,
+)
 from agentrft.train.update import policy_update
 from agentrft.types import Trajectory
 
@@ -258,9 +265,10 @@ def _grpo_step(
         trim()  # the rollout's KV caches were freed in the engine thread's arena
         trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
         metrics.update(adv_metrics)
-        batches = pack_stage(trajs, per_token, cfg, pad_id)
+        computed, computed_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
+        batches = pack_stage(computed, computed_adv, cfg, pad_id)
         t0 = time.perf_counter()
-        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model))
+        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model, skipped))
         if comps.store is not None:
             comps.store.update_metadata({t.id: {"trained_step": step} for t in trajs})
         model.eval()
@@ -275,9 +283,15 @@ def _grpo_step(
 
 
 def update_and_sync(
-    cfg: TrainConfig, policy: TrainablePolicy, session: Session, batches: list[Any], ref_model: Any
+    cfg: TrainConfig,
+    policy: TrainablePolicy,
+    session: Session,
+    batches: list[Any],
+    ref_model: Any,
+    skipped: tuple[int, int] = (0, 0),
 ) -> dict[str, float]:
-    """GRPO's update with the sampler paused, then the sync: the sampler samples the new version from now on."""
+    """GRPO's update with the sampler paused, then the sync: the sampler samples the new version from now on.
+    ``skipped``: the zero-advantage trajectories' (loss tokens, sequences), not in ``batches``."""
     state = session.state
     with policy.paused():
         metrics = policy_update(
@@ -291,6 +305,7 @@ def update_and_sync(
             precision=session.precision,
             ref_model=ref_model,
             correction=cfg.off_policy_correction(),
+            skipped=skipped,
         )
         state.policy_version += 1
         t_sync = time.perf_counter()
@@ -358,9 +373,10 @@ def _async_grpo_step(
         metrics["async/dropped_stale"] = float(len(dropped))
         trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
         metrics.update(adv_metrics)
-        batches = pack_stage(trajs, per_token, cfg, pad_id)
+        computed, computed_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
+        batches = pack_stage(computed, computed_adv, cfg, pad_id)
         t0 = time.perf_counter()
-        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model))
+        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model, skipped))
         t_pub = time.perf_counter()
         producer.publish(state.policy_version)  # Ray: the trainable tensors to every worker
         metrics["time/publish_s"] = time.perf_counter() - t_pub

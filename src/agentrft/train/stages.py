@@ -1,7 +1,8 @@
 """The named stages of a GRPO/DAPO step, each a short function the loop calls in order.
 
 rollout -> grade -> filter (repeated while dynamic sampling wants more groups: `collect_stage`)
--> advantages -> pack; the update and the sync are in `update.py` and `loop.py`.
+-> advantages -> (skip the zero-advantage trajectories: `skip_zero_advantage`) -> pack; the update and
+the sync are in `update.py` and `loop.py`.
 Each stage takes plain inputs and returns its output and its metrics.
 
 Errors never train: `filter_stage` takes out every trajectory that
@@ -15,6 +16,7 @@ is dropped. Both are counted per cause in the step metrics (``excluded/...``,
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 from collections import Counter
@@ -247,6 +249,20 @@ def _num_turns(t: Trajectory) -> int:
     return len({k for k, m in zip(t.tokens.turn, t.tokens.loss_mask, strict=True) if m})
 
 
+def turn_states(t: Trajectory) -> list[bytes]:
+    """The state each assistant turn of ``t`` acted from: a digest of every token before the turn's first sampled
+    one (prompt, earlier turns, tool results), so two turns share a state exactly when their histories are the
+    same tokens (`algos.turn_level`'s anchor states)."""
+    assert t.tokens is not None
+    out: list[bytes] = []
+    seen: set[int] = set()
+    for pos, (k, m) in enumerate(zip(t.tokens.turn, t.tokens.loss_mask, strict=True)):
+        if m and k not in seen:
+            seen.add(k)
+            out.append(hashlib.blake2b(str(t.tokens.ids[:pos]).encode(), digest_size=16).digest())
+    return out
+
+
 def advantage_stage(
     groups: list[list[Trajectory]], algo: AlgorithmConfig
 ) -> tuple[list[Trajectory], list[list[float]], dict[str, float]]:
@@ -287,6 +303,7 @@ def advantage_stage(
             turn_rewards,
             [_num_turns(t) for t in trajs],
             index,
+            states=[turn_states(t) for t in trajs],
             turn_weight=algo.turn_weight,
             eps=algo.adv_eps,
         )
@@ -301,6 +318,31 @@ def advantage_stage(
             assert t.tokens is not None
             per_token.append([a * m for m in t.tokens.loss_mask])
     return trajs, per_token, metrics
+
+
+def skip_zero_advantage(
+    trajs: list[Trajectory], per_token: list[list[float]], algo: AlgorithmConfig
+) -> tuple[list[Trajectory], list[list[float]], tuple[int, int]]:
+    """The trajectories worth a forward and backward: those with a non-zero advantage on some trained token,
+    and the (loss tokens, sequences) of the rest, which the update still counts in its denominators.
+
+    Exact: with no KL term (``algo.kl_coef`` 0) a token of advantage 0 has loss 0 and gradient 0 under every
+    aggregation and importance weight, so computing it changes nothing but the time. (A group whose episodes
+    all came out the same, common once a policy is confident: three of the four groups of some of the
+    agentic recipe's RL steps.) With a KL term nothing is skipped."""
+    if algo.kl_coef > 0:
+        return trajs, per_token, (0, 0)
+    kept: list[Trajectory] = []
+    kept_adv: list[list[float]] = []
+    tokens = seqs = 0
+    for t, a in zip(trajs, per_token, strict=True):
+        if t.tokens is not None and t.tokens.num_sampled > 0 and not any(a):
+            for seq in to_sequences(0, t, a):
+                tokens, seqs = tokens + seq.num_loss_tokens, seqs + 1
+        else:
+            kept.append(t)
+            kept_adv.append(a)
+    return kept, kept_adv, (tokens, seqs)
 
 
 def pack_stage(

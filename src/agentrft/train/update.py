@@ -142,6 +142,9 @@ def optimizer_steps(
             loss_total += float(loss.detach())
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v / epochs
+        if not batches:  # every micro-batch skipped as zero-gradient: step as computing them would have (AdamW's
+            for p in params:  # moments decay; a None gradient would leave a parameter out of the step)
+                p.grad = torch.zeros_like(p)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update: free them
@@ -180,19 +183,22 @@ def policy_update(
     precision: torch.dtype | None = None,
     ref_model: Any = None,
     correction: Literal["none", "tis", "mis"] = "none",
+    skipped: tuple[int, int] = (0, 0),
 ) -> dict[str, float]:
     """GRPO's update: ``algo.updates_per_batch`` optimizer steps of the clipped policy-gradient loss on
-    ``batches``; metrics are loss-token-weighted means (``is/weight_max``: the max).
+    ``batches``; metrics are loss-token-weighted means (``is/weight_max``: the max). ``skipped``: the (loss
+    tokens, sequences) of the step's zero-advantage trajectories left out of ``batches``
+    (`stages.skip_zero_advantage`), counted in the loss's denominators as if they had been computed.
     ``correction`` weighs each token by its behaviour importance weight (the sampler's log-probs
     against this update's starting weights; `algos.offpolicy`): asynchronous training sets it.
 
     ``dist`` is the rollout's sampling distribution: the trained log-probs are those of the policy
     the sampler drew from. ``sampler_logprob_gap_mean``/``_max`` compare the first pass's log-probs
     with the sampler's, token by token (see `_sampler_gap`)."""
-    counts = step_counts(batches)
-    if counts is None:
+    counts = step_counts(batches) or (0, 0)
+    global_tokens, global_seqs = counts[0] + skipped[0], counts[1] + skipped[1]
+    if not global_tokens:
         return {"update_skipped": 1.0}
-    global_tokens, global_seqs = counts
     model.train()
     if algo.updates_per_batch > 1:
         with torch.no_grad(), autocast(precision):
@@ -233,7 +239,7 @@ def policy_update(
             global_num_sequences=global_seqs,
             max_tokens=algo.constant_max_tokens,
         )
-        w = mb.num_loss_tokens / global_tokens
+        w = mb.num_loss_tokens / counts[0]  # metrics: means over the tokens computed
         if "is/weight_max" in m:
             peak[0] = max(peak[0], float(m.pop("is/weight_max")))
         return loss, {k: w * float(v) for k, v in m.items()}
@@ -241,7 +247,11 @@ def policy_update(
     out = optimizer_steps(model, optimizer, scheduler, batches, loss_fn, opt, epochs=algo.updates_per_batch)
     for mb in batches:
         mb.old_logprobs = None
-    out.update(sampler_logprob_gap_mean=gap[0] / global_tokens, sampler_logprob_gap_max=gap[1], **batch_stats(batches))
+    out.update(sampler_logprob_gap_mean=gap[0] / max(counts[0], 1), sampler_logprob_gap_max=gap[1])
+    out.update(batch_stats(batches))  # a skipped trajectory is trained on (in the loss), with no work to do
+    out["train_tokens"] += skipped[0]
+    out["train_sequences"] += skipped[1]
+    out.update(train_skipped_tokens=float(skipped[0]), train_skipped_sequences=float(skipped[1]))
     if correction != "none":
         out["is/weight_max"] = peak[0]
     return out
