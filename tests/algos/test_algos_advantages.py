@@ -65,43 +65,58 @@ def test_registry_lists_valid_names():
 
 
 def test_turn_level_formula():
-    outcome = _t([0.5, -0.5])
-    per_turn, _ = A.turn_level(outcome, [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]), eps=0.0)
-    # weights 1/2, 1/2 | 1: mean = (1/2)(1/2 + 0) = 1/4; squared deviations (1/2)(9/16 + 1/16) + 1/16 = 3/8,
-    # over G - 1 = 1 sample: std = sqrt(3/8)
-    std = math.sqrt(3 / 8)
-    z1, z0 = 0.75 / std, -0.25 / std
-    torch.testing.assert_close(per_turn[0], _t([0.5 + z1, 0.5 + z0]), rtol=1e-12, atol=0)
-    torch.testing.assert_close(per_turn[1], _t([-0.5 + z0]), rtol=1e-12, atol=0)
-    # weight scales the process part only
-    per_turn_w, _ = A.turn_level(outcome, [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]), eps=0.0, turn_weight=0.5)
-    torch.testing.assert_close(per_turn_w[1], _t([-0.5 + 0.5 * z0]), rtol=1e-12, atol=0)
+    """Three samples of one group: A and B act from the same state at turns 0 and 1, C only at turn 0."""
+    outcome = _t([0.5, -0.5, 0.0])
+    rewards = [[1.0, 0.0], [0.5, 1.0], [1.0, 1.0, 0.0]]
+    states = [["s0", "a1"], ["s0", "a1"], ["s0", "c1", "c2"]]
+    per_turn, _ = A.turn_level(outcome, rewards, [2, 2, 3], torch.tensor([0, 0, 0]), states=states, eps=0.0)
+    # S(s0) = {1, 0.5, 1}: mean 5/6; S(a1) = {0, 1}: mean 1/2; c1 and c2 have no sibling: d = 0
+    d = [[1 / 6, -1 / 2], [-1 / 3, 1 / 2], [1 / 6, 0.0, 0.0]]
+    var = ((1 / 36 + 1 / 4) / 2 + (1 / 9 + 1 / 4) / 2 + (1 / 36) / 3) / (3 - 1)  # each sample weighs 1
+    std = math.sqrt(var)
+    for got, o, di in zip(per_turn, [0.5, -0.5, 0.0], d, strict=True):
+        torch.testing.assert_close(got, _t([o + x / std for x in di]), rtol=1e-12, atol=1e-15)
+    # the weight scales the process part only
+    per_turn_w, _ = A.turn_level(
+        outcome, rewards, [2, 2, 3], torch.tensor([0, 0, 0]), states=states, eps=0.0, turn_weight=0.5
+    )
+    torch.testing.assert_close(per_turn_w[1], _t([-0.5 + 0.5 * x / std for x in d[1]]), rtol=1e-12, atol=1e-15)
 
 
-def test_turn_level_credit_does_not_depend_on_trajectory_length():
-    # The docstring's case: both answered right (A = 0); three good calls then the answer, or one.
+def test_turn_level_gives_a_group_of_identical_episodes_nothing():
+    """Four identical, correct episodes whose milestones pay the calls and not the answer: pooling every turn
+    of the group pushed the answer down (z = -1.5) and the calls up; from the same states they agree: 0."""
+    rewards = [[1.0, 1.0, 1.0, 0.0]] * 4
+    states = [["p", "p+s", "p+s+o", "p+s+o+c"]] * 4
+    per_turn, _ = A.turn_level(_t([0.0] * 4), rewards, [4] * 4, torch.tensor([0] * 4), states=states)
+    assert all(int(torch.count_nonzero(x)) == 0 for x in per_turn)
+
+
+def test_turn_level_compares_a_turn_only_with_turns_from_its_state():
+    # two samples diverge at turn 1 (different tool results before it): their turn-1 rewards are not compared,
+    # however different; their turn-0 rewards, from the one prompt, are
     per_turn, _ = A.turn_level(
-        _t([0.0, 0.0]), [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0]], [4, 2], torch.tensor([0, 0]), eps=0.0
+        _t([0.0, 0.0]),
+        [[1.0, 1.0], [1.0, -1.0]],
+        [2, 2],
+        torch.tensor([0, 0]),
+        states=[["p", "x"], ["p", "y"]],
     )
-    # mean (1/2)(3/4 + 1/2) = 5/8; deviations (1/4)(3 (3/8)^2 + (5/8)^2) + (1/2)((3/8)^2 + (5/8)^2) = 15/32
-    std = math.sqrt(15 / 32)
-    good, answer = (3 / 8) / std, (-5 / 8) / std
-    torch.testing.assert_close(per_turn[0], _t([good, good, good, answer]), rtol=1e-12, atol=0)
-    torch.testing.assert_close(per_turn[1], _t([good, answer]), rtol=1e-12, atol=0)
-    # the return-to-go of pooled z (DeepSeekMath) would give the two identical first turns opposite signs
-    pooled = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
-    z = (pooled - pooled.mean()) / pooled.std()
-    assert float(z[:4].sum()) == pytest.approx(0.6455, abs=1e-4) and float(z[4:].sum()) == pytest.approx(
-        -0.6455, abs=1e-4
-    )
+    assert all(int(torch.count_nonzero(x)) == 0 for x in per_turn)
+    # by turn index (no states) they are compared
+    by_index, _ = A.turn_level(_t([0.0, 0.0]), [[1.0, 1.0], [1.0, -1.0]], [2, 2], torch.tensor([0, 0]))
+    assert float(by_index[0][1]) > 0 > float(by_index[1][1]) and float(by_index[0][0]) == 0.0
+    with pytest.raises(ValueError, match="one state per turn reward"):
+        A.turn_level(_t([0.0]), [[1.0, 0.0]], [2], torch.tensor([0]), states=[["p"]])
 
 
-def test_turn_level_repeating_a_trajectorys_turns_changes_no_statistic():
-    # [1, 0] and [1, 1, 0, 0] are the same sample weighted by turn: same mean and std for the group
-    short, _ = A.turn_level(_t([0.0, 0.0]), [[1.0, 0.0], [0.0]], [2, 1], torch.tensor([0, 0]))
-    long, _ = A.turn_level(_t([0.0, 0.0]), [[1.0, 1.0, 0.0, 0.0], [0.0]], [4, 1], torch.tensor([0, 0]))
-    torch.testing.assert_close(long[0], _t([float(short[0][0])] * 2 + [float(short[0][1])] * 2), rtol=1e-12, atol=0)
-    torch.testing.assert_close(long[1], short[1], rtol=1e-12, atol=0)
+def test_flat_groups_get_exactly_zero_outcome_advantage():
+    # 8 x 0.1 does not sum to 0.8 exactly; the advantages of an all-equal group are still exactly 0
+    rewards = _t([0.1] * 8 + [1.2] * 3 + [0.13333333333333333] * 5)
+    group = torch.tensor([0] * 8 + [1] * 3 + [2] * 5)
+    for fn in (A.grpo, A.dr_grpo, A.rloo):
+        adv, _ = fn(rewards, group)
+        assert int(torch.count_nonzero(adv)) == 0
 
 
 def test_turn_level_with_one_turn_per_sample_is_grpo_of_the_turn_rewards():

@@ -5,8 +5,15 @@ import pytest
 from conftest import fake_trajectory
 
 from agentrft.train.config import AlgorithmConfig
-from agentrft.train.stages import advantage_stage, filter_stage, group_trajectories, grouped_order, next_tasks
-from agentrft.types import Grade, GradeError, Message, Task
+from agentrft.train.stages import (
+    advantage_stage,
+    filter_stage,
+    group_trajectories,
+    grouped_order,
+    next_tasks,
+    turn_states,
+)
+from agentrft.types import Grade, GradeError, Message, Task, TokenRecord, Trajectory
 
 
 def test_next_tasks_is_a_deterministic_endless_shuffle():
@@ -66,14 +73,44 @@ def test_outcome_advantage_on_sampled_tokens_only():
         assert adv == pytest.approx([sign * a * m for m in t.tokens.loss_mask], rel=1e-12, abs=1e-15)
 
 
+def _episode(turns: list[list[int]], tool: list[int], prompt: list[int]) -> Trajectory:
+    """A prompt, then each turn's sampled tokens followed by the tool result ``tool`` (none after the last)."""
+    ids, mask, turn = list(prompt), [0] * len(prompt), [0] * len(prompt)
+    for k, sampled in enumerate(turns):
+        if k:
+            ids += tool
+            mask += [0] * len(tool)
+            turn += [k] * len(tool)
+        ids += sampled
+        mask += [1] * len(sampled)
+        turn += [k] * len(sampled)
+    return Trajectory(
+        task_id="t", group_id="g", tokens=TokenRecord(ids=ids, loss_mask=mask, logprobs=[0.0] * len(ids), turn=turn)
+    )
+
+
+def test_turn_states_are_the_histories_before_each_turn():
+    a = _episode([[5, 6], [7]], tool=[9, 9], prompt=[1, 2, 3])
+    b = _episode([[5, 6], [8, 8]], tool=[9, 9], prompt=[1, 2, 3])
+    c = _episode([[5], [7]], tool=[9, 9], prompt=[1, 2, 3])
+    sa, sb, sc = turn_states(a), turn_states(b), turn_states(c)
+    assert len(sa) == 2 and sa == sb  # same prompt, same first turn, same tool result: same two states
+    assert sc[0] == sa[0] and sc[1] != sa[1]  # another first turn: another state after it
+    assert turn_states(_episode([[5, 6]], tool=[], prompt=[1, 2, 4]))[0] != sa[0]
+
+
 def test_turn_level_through_the_stage():
-    group = _group([1.0, 0.0], turn_rewards=[[1.0, 0.0], [0.0, 0.0]])
+    # one prompt, two first turns: turn 0 is compared across the samples, turn 1 (after different turns) is not
+    group = [
+        _episode([[5, 6], [7]], tool=[9, 9], prompt=[1, 2, 3]),
+        _episode([[4], [8, 8]], tool=[9, 9], prompt=[1, 2, 3]),
+    ]
+    for t, r, tr in zip(group, (1.0, 0.0), ([1.0, 0.0], [0.0, 0.0]), strict=True):
+        t.grade = Grade(reward=r, turn_rewards=tr)
     trajs, per_token, _ = advantage_stage([group], AlgorithmConfig(advantage="dr_grpo", turn_level=True, adv_eps=1e-6))
-    # each sample weighs 1: mean (1/2)(1/2 + 0) = 1/4; deviations (1/2)(9/16 + 1/16) + (1/2)(2/16) = 3/8 over
-    # G - 1 = 1: std sqrt(3/8); a turn gets its own z (no return-to-go, see algos.advantages.turn_level)
-    std = math.sqrt(3 / 8) + 1e-6
-    z1, z0 = 0.75 / std, -0.25 / std
-    expected_turn = [[0.5 + z1, 0.5 + z0], [-0.5 + z0, -0.5 + z0]]
+    # turn 0 from the prompt: rewards {1, 0}, d = +-1/2; each sample weighs 1: std^2 = ((1/4)/2 + (1/4)/2) / 1
+    z = 0.5 / (0.5 + 1e-6)
+    expected_turn = [[0.5 + z, 0.5], [-0.5 - z, -0.5]]
     for t, adv, exp in zip(trajs, per_token, expected_turn, strict=True):
         want = [exp[k] if m else 0.0 for k, m in zip(t.tokens.turn, t.tokens.loss_mask, strict=True)]
         assert adv == pytest.approx(want, rel=1e-12, abs=1e-12)

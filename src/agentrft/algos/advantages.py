@@ -8,8 +8,9 @@ Follows:
   groups that are nearly all right or all wrong).
 * RLOO — Ahmadian et al. (arXiv 2402.14740): ``A_i = r_i - mean_{j != i} r_j``.
 * Turn-level credit — DeepSeekMath §4.1.3 "process supervision", adapted to agent
-  turns and departing from it where it is biased by trajectory length (no return-to-go,
-  each sample weighs 1 in the turn statistics); `turn_level` states the formula and the audit.
+  turns: a turn's process reward is centred on its siblings' from the same state (GiGPO's
+  anchor states, arXiv 2505.10978), with no return-to-go and each sample weighing 1 in the
+  scale; `turn_level` states the formula and the audit.
 
 Departures: groups are given as an index vector (samples of one group need not be
 contiguous and groups may differ in size, e.g. after failed episodes); the standard
@@ -23,7 +24,7 @@ Every estimator returns ``(advantages, metrics)``; none mutates its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -58,6 +59,13 @@ def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, T
     mean = sums / counts.clamp(min=1)
     sq = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group_index, (r - mean[group_index]) ** 2)
     var = torch.where(counts > 1, sq / (counts - 1).clamp(min=1), torch.zeros_like(sq))
+    # a group whose rewards all agree: its mean is that reward and its std 0 exactly, so every advantage of it is
+    # exactly 0 (a sum of n equal floats divided by n can be one ulp off)
+    lo = torch.full((num_groups,), torch.inf, dtype=torch.float64).scatter_reduce(0, group_index, r, "amin")
+    hi = torch.full((num_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(0, group_index, r, "amax")
+    flat = lo == hi
+    mean = torch.where(flat, lo, mean)
+    var = torch.where(flat, torch.zeros_like(var), var)
     return mean[group_index], var.sqrt()[group_index], counts[group_index]
 
 
@@ -116,39 +124,43 @@ def turn_level(
     num_turns: Sequence[int],
     group_index: Tensor,
     *,
+    states: Sequence[Sequence[Hashable]] | None = None,
     turn_weight: float = 1.0,
     eps: float = 1e-6,
 ) -> tuple[list[Tensor], Metrics]:
-    """Per-turn advantages: the outcome advantage plus the turn's own group-normalised process reward.
+    """Per-turn advantages: the outcome advantage plus the turn's process reward against the other turns taken
+    from the same state.
 
-    For group g with G samples (those with at least one turn), sample i having K_i turns with
-    rewards ``r_{i,1..K_i}``:
+    ``states[i][k]`` names the state sample i acted from at turn k (`agentic_states`: the whole history before
+    the turn, so two turns share a state exactly when everything before them is the same; default: the turn
+    index). For group g with G samples (those with at least one turn), sample i having K_i turns with rewards
+    ``r_{i,k}``:
 
-        mu_g      = (1/G) sum_i (1/K_i) sum_k r_{i,k}                      # each SAMPLE weighs 1
-        sigma_g^2 = G/(G-1) * (1/G) sum_i (1/K_i) sum_k (r_{i,k} - mu_g)^2  # 0 when G = 1
-        z_{i,k}   = (r_{i,k} - mu_g) / (sigma_g + eps)
+        S(i,k)    = the turns of group g taken from state states[i][k] (i's own included)
+        b_{i,k}   = mean of r over S(i,k)                                   # a sibling baseline
+        d_{i,k}   = r_{i,k} - b_{i,k}                                       # exactly 0 where S's rewards agree
+        sigma_g^2 = 1/(G-1) * sum_i (1/K_i) sum_k d_{i,k}^2                 # 0 when G = 1
+        z_{i,k}   = d_{i,k} / (sigma_g + eps)
         A_{i,k}   = A_i + turn_weight * z_{i,k}
 
-    What is normalised over what: every turn reward of the group is centred and scaled by one
-    mean and one standard deviation of the group, taken over all its turns (not per turn index)
-    with each turn weighted 1/K_i, so each sample counts once whatever its length. With one turn
-    per sample this is exactly GRPO's ``(r_i - mean) / (std + eps)`` of the turn rewards (Bessel
-    over samples). Every token of turn k gets ``A_{i,k}`` (`broadcast_turn_advantages`). A group
-    whose turn rewards all agree has z = 0 and falls back to the outcome advantage.
+    What is normalised over what: a turn's process reward is centred on what the group's other turns from the
+    same state earned (the anchor-state grouping of GiGPO, Feng et al., arXiv 2505.10978, applied to one step's
+    reward), and scaled by one deviation per group in which each sample weighs 1 whatever its length. With one
+    turn per sample every turn acts from the prompt, and this is exactly GRPO's ``(r_i - mean) / (std + eps)``
+    of the turn rewards (Bessel over samples). A turn no sibling took from its state has d = 0: nothing to
+    compare it with, its credit is the outcome's. Every token of turn k gets ``A_{i,k}``
+    (`broadcast_turn_advantages`).
 
-    Departure from DeepSeekMath §4.1.3 (process supervision), audited: there, step rewards are
-    normalised over all steps pooled (each step weighs 1) and a step's advantage is the SUM of
-    the normalised rewards from it to the end (return-to-go). With trajectories of different
-    lengths that is biased by length: (a) a turn's credit grows with the number of turns after
-    it, so the same action is worth more in a longer trajectory whose later turns are above the
-    pooled mean, and less in one whose later turns are below it; e.g. turn rewards [1, 1, 1, 0]
-    and [1, 0] (both answered right, A = 0) give their identical first turns +0.645 and -0.645;
-    (b) a sample with K turns puts K values into the mean and std, so long trajectories set the
-    baseline the short ones are judged by. Normalising per turn index instead compares turns at
-    different stages (turn 2 is an `open` in one episode and the answer in another) and judges
-    late turns only against the long trajectories that reach them. Here a turn is credited by its
-    own reward alone; credit for what a turn enabled later is the outcome advantage's, which every
-    turn carries.
+    Audited against two naive normalisations. (a) Pooling every turn of the group (one mean over all turns):
+    a process reward pays milestones (a search listing the report, the page opened, the figures calculated)
+    and nothing for the final answer, so in a group of identical, correct episodes [1, 1, 1, 0] the answer
+    turn got z = -1.5 and the calls +0.5: a push away from answering, with no difference between the samples
+    to justify it (measured: 3 of the 4 groups of an agentic RL step were such groups; they also cost a
+    forward and backward where nothing was to be learned). Here every such group has z = 0. (b) DeepSeekMath
+    §4.1.3's return-to-go of pooled z: biased by length as well, e.g. turn rewards [1, 1, 1, 0] and [1, 0]
+    (both answered right, A = 0) give their identical first turns +0.645 and -0.645. Centring per turn index
+    (the default without ``states``) compares turns at different stages once episodes diverge (turn 2 an
+    `open` in one and the answer in another); states compare only turns taken from the same history.
 
     Nothing is dropped: ``len(turn_rewards[i])`` must equal ``num_turns[i]`` (the number
     of assistant turns in the sample's token record), else ValueError.
@@ -167,35 +179,36 @@ def turn_level(
                 f"turn_level: sample {i} has {len(rs)} turn rewards but {k} assistant turns; "
                 "a turn reward may not be dropped or invented"
             )
-    flat = torch.tensor([r for rs in turn_rewards for r in rs], dtype=torch.float64)
-    flat_group = torch.tensor([int(group_index[i]) for i, rs in enumerate(turn_rewards) for _ in rs], dtype=torch.int64)
-    weight = torch.tensor([1.0 / len(rs) for rs in turn_rewards for _ in rs], dtype=torch.float64)
-    if flat.numel():
-        mean, std = _sample_weighted_stats(flat, flat_group, weight)
-        z = (flat - mean) / (std + eps)
-    else:
-        z = flat
-    out: list[Tensor] = []
-    offset = 0
+    if states is None:
+        states = [list(range(len(rs))) for rs in turn_rewards]
+    if len(states) != n or any(len(s) != len(rs) for s, rs in zip(states, turn_rewards, strict=True)):
+        raise ValueError("turn_level: states must name one state per turn reward of every sample")
+    # the turns of each (group, state), then each turn's deviation from their mean
+    members: dict[tuple[int, Hashable], list[float]] = {}
     for i, rs in enumerate(turn_rewards):
-        zi = z[offset : offset + len(rs)]
-        offset += len(rs)
-        out.append((float(outcome_advantages[i]) + turn_weight * zi).to(outcome_advantages.dtype))
+        for k, r in enumerate(rs):
+            members.setdefault((int(group_index[i]), states[i][k]), []).append(float(r))
+    dev: list[list[float]] = []
+    for i, rs in enumerate(turn_rewards):
+        row = []
+        for k, r in enumerate(rs):
+            peers = members[(int(group_index[i]), states[i][k])]
+            row.append(0.0 if max(peers) == min(peers) else float(r) - sum(peers) / len(peers))
+        dev.append(row)
+    groups = [int(g) for g in group_index.tolist()]
+    sq: dict[int, float] = {}
+    size: dict[int, int] = {}
+    for i, row in enumerate(dev):
+        if row:
+            sq[groups[i]] = sq.get(groups[i], 0.0) + sum(d * d for d in row) / len(row)
+            size[groups[i]] = size.get(groups[i], 0) + 1
+    sigma = {g: (sq[g] / (size[g] - 1)) ** 0.5 if size[g] > 1 else 0.0 for g in sq}
+    out: list[Tensor] = []
+    for i, row in enumerate(dev):
+        z = torch.tensor(row, dtype=torch.float64) / (sigma.get(groups[i], 0.0) + eps)
+        out.append((float(outcome_advantages[i]) + turn_weight * z).to(outcome_advantages.dtype))
     cat = torch.cat(out) if out else torch.zeros(0)
     return out, _metrics(cat, "turn_adv")
-
-
-def _sample_weighted_stats(values: Tensor, group: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-value group mean and std (see `turn_level`): weights sum to 1 per sample, so to G per group."""
-    num_groups = int(group.max()) + 1
-    samples = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight)  # G per group
-    mean = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight * values) / samples.clamp(
-        min=1e-300
-    )
-    dev = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, weight * (values - mean[group]) ** 2)
-    g = samples.round()  # sums of 1/K_i over K_i terms: integers up to rounding
-    var = torch.where(g > 1, dev / (g - 1).clamp(min=1), torch.zeros_like(dev))
-    return mean[group], var.sqrt()[group]
 
 
 def broadcast_turn_advantages(turn_advantages: Tensor, token_turn: Tensor, loss_mask: Tensor) -> Tensor:
