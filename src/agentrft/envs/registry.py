@@ -70,7 +70,9 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
             kwargs["shots"] = int(shots)
         return FinqaLiteEnv(**kwargs)
     if name == "finqa":
-        path = spec.strip().partition(":")[2]
+        head, _, path = spec.strip().partition(":")
+        if "?" in head:  # `finqa?x:PATH`: finqa takes no options, and the text after `?` would vanish
+            raise _unknown(spec, "finqa takes no options; write finqa:PATH.json")
         if not path:
             raise _unknown(spec, "finqa needs a path, e.g. finqa:data/test.json")
         from agentrft.envs.finqa.json_env import FinqaJsonEnv

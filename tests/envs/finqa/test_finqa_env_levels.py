@@ -99,6 +99,7 @@ def test_shots_keeps_the_first_worked_examples_of_each_level_or_none() -> None:
         ("finqa-lite:3?shots=-1", "shots must be an integer >= 0"),
         ("finqa-lite:3?shots=²", "shots must be an integer >= 0"),
         ("finqa-lite:3?shot=0", r"unknown option\(s\) shot \(known: shots\)"),
+        ("finqa?shots=0:data/test.json", "finqa takes no options"),  # the option would vanish, not apply
     ],
 )
 def test_a_bad_shots_option_is_named(spec: str, says: str) -> None:
