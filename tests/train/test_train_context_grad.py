@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_llama
 from test_train_shared_prefix import _assert_grads_close, _batch
 
+from agentrft.train import segment_attention
 from agentrft.train.config import OptimizerConfig, TrainConfig
 from agentrft.train.context_grad import gradient_columns, visibility
 from agentrft.train.logprobs import sampled_logprobs
@@ -57,8 +58,11 @@ def _weights(seqs, dtype):
     return [torch.randn(len(s.input_ids), generator=g, dtype=dtype) for s in seqs]
 
 
+@pytest.mark.parametrize("path", ["auto", "causal"])  # auto takes the masked suffix path at these sizes
 @pytest.mark.parametrize("row_tokens", [10_000, 40])
-def test_logprobs_exact_and_gradient_that_of_a_detached_context(row_tokens):
+def test_logprobs_exact_and_gradient_that_of_a_detached_context(row_tokens, path, monkeypatch):
+    if path == "causal":  # the context pass's attention by the causal suffix path (the recipe's zero-shot rows)
+        monkeypatch.setattr(segment_attention, "suffix_path", lambda p, n, s: "causal")
     seqs = _batch()
     weights = _weights(seqs, torch.float64)
     ref_model, model, exact_model = tiny_llama(), tiny_llama(), tiny_llama()
