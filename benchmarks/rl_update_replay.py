@@ -105,9 +105,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     segment_attention.BUCKET_MIN_SHARE = share
     for variant in VARIANTS[1:]:
-        ratios = [
-            statistics.median(times[(s, variant)]) / statistics.median(times[(s, "before")]) for s in steps
-        ]
+        ratios = [statistics.median(times[(s, variant)]) / statistics.median(times[(s, "before")]) for s in steps]
         total = sum(statistics.median(times[(s, variant)]) for s in steps)
         before = sum(statistics.median(times[(s, "before")]) for s in steps)
         print(
