@@ -51,7 +51,7 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # with RL's ~10 left no room in the 45 minutes: level 3 takes 176 (three batches fewer).
 # On the zero-shot prompt a second pass does not yet teach level 4 without breaking level 3 (2026-12-03, held-out
 # 64 episodes each): 32 level-4 demonstrations with 8 replayed per earlier level left levels 2/3/4 at 0.53/0.38/0,
-# 48 with 16 at 0.67/0.02/0, 32 with 32 at 0.77/0.25; the level-3 episodes that failed searched for a second report
+# 48 with 16 at 0.67/0.02/0, 32 with 32 at 0.77/0.25/0 (8 of 64); the level-3 episodes that failed searched for a second report
 # (the level-4 pattern): without the worked example the policy does not tell the two questions apart.
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 32}
 AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
