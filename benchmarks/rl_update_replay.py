@@ -6,9 +6,8 @@ Reads the trajectories each step of a finished GRPO run trained on (``metadata.t
 advantages with the run's ``algorithm`` config, and runs the run's update (SmolLM2-135M, the run's optimizer
 layout and precision, gradient checkpointing as configured) once per variant, interleaved:
 
-* ``before``: every trajectory computed, a row's suffixes in one attention call (padded to the longest);
-* ``buckets``: suffixes attend in length buckets (`segment_attention.suffix_buckets`);
-* ``skip``: buckets, and zero-advantage trajectories skipped (`stages.skip_zero_advantage`).
+* ``before``: every trajectory computed;
+* ``skip``: zero-advantage trajectories skipped (`stages.skip_zero_advantage`).
 
 The optimizer is SGD at learning rate 0, so every variant starts from the same weights; ``loss`` and the
 gradient norm agree across variants up to float summation order (printed). One JSON line per step and
@@ -29,13 +28,12 @@ import torch
 
 from agentrft.samplers.policies import load_model_and_tokenizer
 from agentrft.store import RUN_STORE_NAME, Store
-from agentrft.train import segment_attention
 from agentrft.train.config import load_config
 from agentrft.train.segment_attention import use_segment_attention
 from agentrft.train.stages import advantage_stage, pack_stage, skip_zero_advantage
 from agentrft.train.update import autocast_dtype, policy_update
 
-VARIANTS = ("before", "buckets", "skip")
+VARIANTS = ("before", "skip")
 
 
 def main() -> None:
@@ -63,7 +61,6 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     precision = autocast_dtype(cfg.policy.precision)
     pad_id = getattr(tok, "pad_token_id", None) or 0
-    share = segment_attention.BUCKET_MIN_SHARE
     times: dict[tuple[int, str], list[float]] = defaultdict(list)
     for _ in range(args.repeat):
         for step in steps:
@@ -72,7 +69,6 @@ def main() -> None:
                 groups[t.group_id].append(t)
             trajs, per_token, _ = advantage_stage(list(groups.values()), cfg.algorithm)
             for variant in VARIANTS:
-                segment_attention.BUCKET_MIN_SHARE = 0.0 if variant == "before" else share
                 if variant == "skip":
                     kept, kept_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
                 else:
@@ -103,7 +99,6 @@ def main() -> None:
                     "load": round(os.getloadavg()[0], 2),
                 }
                 print(json.dumps(row), flush=True)
-    segment_attention.BUCKET_MIN_SHARE = share
     for variant in VARIANTS[1:]:
         ratios = [statistics.median(times[(s, variant)]) / statistics.median(times[(s, "before")]) for s in steps]
         total = sum(statistics.median(times[(s, variant)]) for s in steps)

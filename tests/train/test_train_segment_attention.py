@@ -55,18 +55,10 @@ def test_segmented_attention_equals_masked_attention(path):
     torch.manual_seed(0)
     heads, kv, length, dim = 4, 2, 14, 8
     segments = [(5, [(5, 8), (8, 9), (9, 12)]), (0, [(0, 6), (6, 13)]), (7, [])]
-    if path == "auto":
-        # a row long enough that auto takes the causal path for it (2 x 600 after 4), and one whose suffixes go
-        # in two length buckets by different paths (600 causal, which also gives the prefix's outputs; 10 masked)
-        segments += [(4, [(4, 604), (604, 1204)]), (4, [(4, 14), (14, 614)])]
-        buckets = [segment_attention.suffix_buckets(sp) for _, sp in segments]
-        assert buckets[0] == [[(5, 8), (9, 12)], [(8, 9)]] and buckets[4] == [[(14, 614)], [(4, 14)]]
-        picked = [
-            segment_attention.suffix_path(p, len(b), max(e - s for s, e in b))
-            for (p, _), bs in zip(segments, buckets, strict=True)
-            for b in bs
-        ]
-        assert picked == ["masked", "masked", "masked", "causal", "causal", "masked"]
+    if path == "auto":  # a fourth row long enough that auto takes the causal path for it: 2 x 600 after 4
+        segments.append((4, [(4, 604), (604, 1204)]))
+        picked = [segment_attention.suffix_path(p, len(sp), max(e - s for s, e in sp)) for p, sp in segments if sp]
+        assert picked == ["masked", "masked", "causal"]
     rows, length = len(segments), max(length, 1204)
     q = torch.randn(rows, heads, length, dim, dtype=torch.float64, requires_grad=True)
     k = torch.randn(rows, kv, length, dim, dtype=torch.float64, requires_grad=True)
@@ -91,23 +83,6 @@ def test_segmented_attention_equals_masked_attention(path):
     got_grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
-
-
-def test_suffix_buckets_bound_the_padding():
-    spans = [(0, 45), (45, 90), (90, 1120), (1120, 1160), (1160, 1200)]
-    assert segment_attention.suffix_buckets(spans) == [[(90, 1120)], [(0, 45), (45, 90), (1120, 1160), (1160, 1200)]]
-    rng = random.Random(0)
-    spans, at = [], 0
-    for _ in range(40):
-        n = rng.randint(1, 3000)
-        spans.append((at, at + n))
-        at += n
-    buckets = segment_attention.suffix_buckets(spans)
-    assert sorted(sp for b in buckets for sp in b) == spans
-    for b in buckets:  # every suffix padded to at most 1 / BUCKET_MIN_SHARE of its own length
-        longest = max(e - s for s, e in b)
-        assert all((e - s) >= segment_attention.BUCKET_MIN_SHARE * longest for s, e in b)
-    assert segment_attention.suffix_buckets([]) == []
 
 
 def test_the_suffix_path_for_the_recipes_rows_is_pinned():

@@ -131,7 +131,7 @@ def turn_level(
     """Per-turn advantages: the outcome advantage plus the turn's process reward against the other turns taken
     from the same state.
 
-    ``states[i][k]`` names the state sample i acted from at turn k (`agentic_states`: the whole history before
+    ``states[i][k]`` names the state sample i acted from at turn k (`train.stages.turn_states`: the history before
     the turn, so two turns share a state exactly when everything before them is the same; default: the turn
     index). For group g with G samples (those with at least one turn), sample i having K_i turns with rewards
     ``r_{i,k}``:

@@ -8,10 +8,9 @@ row's sequences (system prompt, worked examples, a group's question), and attent
 
 * prefix queries attend causally within the prefix (SDPA's causal kernel, which skips the masked half);
 * the queries of suffix i attend to the prefix's keys and causally to suffix i's own keys: one SDPA call
-  for each bucket of a row's suffixes of similar length (`suffix_buckets`: a batch is padded to its longest
-  entry), each a batch entry whose keys are ``[prefix keys | its own keys]``; under a mask, or (`suffix_path`,
-  where it computes fewer pairs: a short prefix) with the prefix's queries in front of each suffix's under
-  ``is_causal``, whose kernel skips the blocks past the diagonal.
+  for all of a row's suffixes, each a batch entry whose keys are ``[prefix keys | its own keys]``; under a
+  mask, or (`suffix_path`, where it computes fewer pairs: a short prefix) with the prefix's queries in front
+  of each suffix's under ``is_causal``, whose kernel skips the blocks past the diagonal.
 
 Every token sees exactly the tokens it sees in its own sequence, at its own position id, so log-probs and
 gradients equal per-sequence runs up to float summation order (tests/train/test_train_segment_attention.py);
@@ -96,31 +95,12 @@ def _gather(t: Tensor, idx: Tensor) -> Tensor:
     return t.index_select(1, idx.reshape(-1)).view(t.shape[0], *idx.shape, t.shape[-1]).transpose(0, 1)
 
 
-# Suffixes of very different lengths are not padded to the longest in one call: a row's suffixes (longest first)
-# go into buckets whose shortest is at least this share of the longest, one SDPA call each
-BUCKET_MIN_SHARE = 0.7
-
-
-def suffix_buckets(spans: list[tuple[int, int]], min_share: float = BUCKET_MIN_SHARE) -> list[list[tuple[int, int]]]:
-    """``spans`` (start, end) grouped for attention: longest first, a new bucket whenever a suffix is shorter than
-    ``min_share`` of its bucket's longest, so every suffix is padded to at most 1 / min_share of its length.
-    An RL group's suffixes after a long shared first turn: seven of ~45 tokens and one of ~1,030 (a second page
-    opened) cost 8 x 1,030 padded queries in one call, 7 x 63 + 1,030 in two."""
-    out: list[list[tuple[int, int]]] = []
-    for span in sorted(spans, key=lambda se: se[0] - se[1]):  # longest first (stable: ties keep row order)
-        if not out or (span[1] - span[0]) < min_share * (out[-1][0][1] - out[-1][0][0]):
-            out.append([])
-        out[-1].append(span)
-    return out
-
-
 def segmented_attention(
     q: Tensor, k: Tensor, v: Tensor, segments: Segments, scale: float | None, path: SuffixPath = "auto"
 ) -> Tensor:
     """Attention of packed rows laid out as ``segments`` says: q (R, H, L, D), k and v (R, K, L, D) ->
     (R, L, H, D), the layout transformers' attention functions return. Columns outside every segment (row
-    padding) come out as zeros. A row's suffixes attend in length buckets (`suffix_buckets`), each by ``path``
-    (`suffix_path`; ``auto`` picks the cheaper for the bucket)."""
+    padding) come out as zeros. ``path``: how suffixes attend (`suffix_path`; ``auto`` picks the cheaper)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     _, heads, length, dim = q.shape
     gqa = k.shape[1] != heads
@@ -128,10 +108,15 @@ def segmented_attention(
     for r, (p, all_spans) in enumerate(segments):
         cols: list[Tensor] = []
         vals: list[Tensor] = []
-        prefix_done = False
-        for spans in suffix_buckets([(s, e) for s, e in all_spans if e > s]):
-            n, s_max = len(spans), max(e - s for s, e in spans)
-            chosen = path if path != "auto" else suffix_path(p, n, s_max)
+        spans = [(s, e) for s, e in all_spans if e > s]
+        n, s_max = len(spans), max((e - s for s, e in spans), default=0)
+        chosen = (path if path != "auto" else suffix_path(p, n, s_max)) if spans else "masked"
+        if p and chosen == "masked":
+            qp, kp, vp = q[r : r + 1, :, :p], k[r : r + 1, :, :p], v[r : r + 1, :, :p]
+            o = sdpa(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=gqa)  # (1, H, P, D)
+            cols.append(torch.arange(p, device=q.device))
+            vals.append(o[0])
+        if spans:
             lens = torch.tensor([e - s for s, e in spans], device=q.device)
             j = torch.arange(s_max, device=q.device)
             starts = torch.tensor([s for s, _ in spans], device=q.device)
@@ -146,10 +131,9 @@ def segmented_attention(
                 # query j of an entry sees keys <= j: the prefix causally, then its own suffix up to itself
                 qs = torch.cat([q[r : r + 1, :, :p].expand(n, -1, -1, -1), qs], dim=2)
                 o = sdpa(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=gqa)  # (N, H, P + S, D)
-                if p and not prefix_done:  # the prefix's own outputs, from the first causal entry
+                if p:
                     cols.append(torch.arange(p, device=q.device))
                     vals.append(o[0, :, :p])
-                    prefix_done = True
                 o = o[:, :, p:]
             else:
                 # a suffix query sees the whole prefix and its own suffix up to itself (never a sibling's keys:
@@ -160,11 +144,6 @@ def segmented_attention(
             real = j[None, :] < lens[:, None]  # (N, S)
             cols.append(idx[real])
             vals.append(o.transpose(0, 1)[:, real])  # (H, sum of suffix lengths, D)
-        if p and not prefix_done:
-            qp, kp, vp = q[r : r + 1, :, :p], k[r : r + 1, :, :p], v[r : r + 1, :, :p]
-            o = sdpa(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=gqa)  # (1, H, P, D)
-            cols.append(torch.arange(p, device=q.device))
-            vals.append(o[0])
         dtype = vals[0].dtype if vals else q.dtype  # SDPA's output dtype (bf16 under autocast)
         row = q.new_zeros(heads, length, dim, dtype=dtype)
         out_rows.append(row.index_copy(1, torch.cat(cols), torch.cat(vals, dim=1)) if cols else row)

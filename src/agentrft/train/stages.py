@@ -256,10 +256,12 @@ def turn_states(t: Trajectory) -> list[bytes]:
     assert t.tokens is not None
     out: list[bytes] = []
     seen: set[int] = set()
-    for pos, (k, m) in enumerate(zip(t.tokens.turn, t.tokens.loss_mask, strict=True)):
+    history = hashlib.blake2b(digest_size=16)  # fed token by token: one pass over the episode
+    for tok, k, m in zip(t.tokens.ids, t.tokens.turn, t.tokens.loss_mask, strict=True):
         if m and k not in seen:
             seen.add(k)
-            out.append(hashlib.blake2b(str(t.tokens.ids[:pos]).encode(), digest_size=16).digest())
+            out.append(history.copy().digest())
+        history.update(tok.to_bytes(4, "little"))
     return out
 
 
