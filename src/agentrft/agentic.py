@@ -83,13 +83,13 @@ class AgenticSettings(BaseModel):
         description="demonstrations of each first-pass level (the first N of its own) replayed in the late pass, "
         "so the late levels' pattern does not overwrite theirs; the late pass then takes one pass over both",
     )
-    trained_shots: int | None = Field(
+    trained_shots: int | str | None = Field(
         default=0,
-        ge=0,
         description="worked examples per level in the prompts of everything after the baseline (demonstrations, "
-        "imitation, RL, later evals): 0 = zero-shot, null = the environment's own, as the baseline has. The base "
-        "model needs the worked example to attempt a task; a trained policy does not, and without it a level-3/4 "
-        "episode is ~45 % shorter in every update and every sampled turn",
+        "imitation, RL, later evals): 0 = zero-shot, null = the environment's own, as the baseline has, or per level "
+        "as finqa-lite's shots option writes it ('0,4:1': one at level 4 only). The base model needs the worked "
+        "example to attempt a task; a trained policy does not, and without it a level-3/4 episode is ~45 % shorter "
+        "in every update and every sampled turn",
     )
     baseline_trained_prompt: bool = Field(
         default=True,
@@ -103,6 +103,20 @@ class AgenticSettings(BaseModel):
         counts = value.values() if isinstance(value, dict) else [value]
         if min(counts, default=0) < 1 or (isinstance(value, dict) and not set(value) <= set(range(1, 5))):
             raise ValueError(f"demo_tasks: at least 1 per level (levels 1-4), got {value}")
+        return value
+
+    @field_validator("trained_shots")
+    @classmethod
+    def _shots(cls, value: int | str | None) -> int | str | None:
+        from agentrft.envs.registry import parse_shots
+
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"trained_shots: at least 0, got {value}")
+        if isinstance(value, str):
+            try:
+                parse_shots("finqa-lite", value)
+            except Exception as err:  # InputError: the spec's message names the grammar
+                raise ValueError(f"trained_shots: {err}") from None
         return value
 
     @field_validator("late_levels")

@@ -35,6 +35,14 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
         "finqa-lite:1,2,3,4?shots=0",
         "finqa-lite:1,2,3?shots=0",
     )
+    per_level = agentic_configs(tmp_path, AgenticSettings(trained_shots="0,4:1"), [])  # level 4's worked example
+    assert [c.rollout.env for c in per_level] == [
+        "finqa-lite:1,2,3,4?shots=0,4:1",
+        *[per_level[0].rollout.env] * 1,
+        "finqa-lite:1,2,3?shots=0,4:1",
+    ]
+    with pytest.raises(ConfigError, match="trained_shots: .*LEVEL:N pairs"):
+        AgenticSettings().with_overrides(["recipe.trained_shots=0,5:1"])
     few_shot = agentic_configs(tmp_path, AgenticSettings(trained_shots=None), ["rl.rollout.env=finqa-lite:2"])
     assert (few_shot[0].rollout.env, few_shot[2].rollout.env) == ("finqa-lite:1,2,3,4", "finqa-lite:2")
     # every stage trains on one prompt, the one the later evals measure

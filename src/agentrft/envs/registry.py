@@ -1,7 +1,8 @@
 """`make_env(spec)`: environments by name, as the CLI and configs write them.
 
 Specs: `finqa-lite` (all levels), `finqa-lite:1` or `finqa-lite:1,2` (levels),
-`finqa-lite:3?shots=0` (worked examples per level in the prompt: 0 for a zero-shot prompt; default all),
+`finqa-lite:3?shots=0` (worked examples per level in the prompt: 0 for a zero-shot prompt; default all;
+per level as `shots=0,4:1`: none, but one at level 4),
 `finqa:PATH.json` (an official FinQA file), `jsonl:PATH[?grader=G.json]` (an
 OpenAI RFT dataset; more options: `tools=MODULE` (Python tools), `endpoints=E.json`
 (HTTP tools), `valid=VALID.jsonl` (the `valid` split); option values may be
@@ -19,7 +20,7 @@ from agentrft.inputs import InputError
 
 VALID_SPECS = (
     "finqa-lite",
-    "finqa-lite:LEVELS[?shots=N] (e.g. finqa-lite:1,2)",
+    "finqa-lite:LEVELS[?shots=N[,LEVEL:N...]] (e.g. finqa-lite:1,2)",
     "finqa:PATH.json",
     "jsonl:PATH[?grader=G.json]",
 )
@@ -44,7 +45,24 @@ def with_shots(spec: str, shots: str | int | None) -> str:
     options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items() if k != "shots"}
     if shots is not None:
         options["shots"] = str(shots)
-    return base + (f"?{urlencode(options)}" if options else "")
+    return base + (f"?{urlencode(options, safe=',:')}" if options else "")
+
+
+def parse_shots(spec: str, text: str) -> int | dict[int, int]:
+    """A finqa-lite ``shots`` option: ``N`` (worked examples at every level) or ``[N,]LEVEL:N,...`` (per level;
+    a bare N sets the levels not named, else they keep all of their own), e.g. ``0,4:1``."""
+    items = text.split(",")
+    if len(items) == 1 and re.fullmatch(r"[0-9]+", text):
+        return int(text)
+    default = int(items.pop(0)) if re.fullmatch(r"[0-9]+", items[0]) else None
+    if not items or not all(re.fullmatch(r"[1-4]:[0-9]+", item) for item in items):
+        raise _unknown(
+            spec, f"shots must be an integer >= 0 or LEVEL:N pairs (worked examples per level), got {text!r}"
+        )
+    per_level = {int(level): int(n) for level, _, n in (item.partition(":") for item in items)}
+    if len(per_level) != len(items):
+        raise _unknown(spec, f"shots names a level twice: {text!r}")
+    return per_level if default is None else {lv: per_level.get(lv, default) for lv in range(1, 5)}
 
 
 def shots_of(spec: str) -> str | None:
@@ -65,9 +83,7 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
                 raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
         shots = _options(spec, query, ("shots",)).get("shots")
         if shots is not None:
-            if not re.fullmatch(r"[0-9]+", shots):
-                raise _unknown(spec, f"shots must be an integer >= 0 (worked examples per level), got {shots!r}")
-            kwargs["shots"] = int(shots)
+            kwargs["shots"] = parse_shots(spec, shots)
         return FinqaLiteEnv(**kwargs)
     if name == "finqa":
         head, _, path = spec.strip().partition(":")

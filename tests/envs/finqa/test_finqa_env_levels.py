@@ -92,9 +92,33 @@ def test_shots_keeps_the_first_worked_examples_of_each_level_or_none() -> None:
     assert zero.few_shot() == [] and zero.tasks("held-out") == FinqaLiteEnv(seed=0).tasks("held-out")
 
 
+def test_shots_per_level_shows_the_worked_example_where_it_is_named() -> None:
+    from agentrft.envs.registry import make_env
+
+    full = FinqaLiteEnv(seed=0)
+    env = make_env("finqa-lite?shots=0,4:1")  # zero-shot but for one worked example at level 4
+    only4 = make_env("finqa-lite?shots=4:0")  # levels not named keep all of their own
+    assert isinstance(env, FinqaLiteEnv) and isinstance(only4, FinqaLiteEnv)
+    assert (env.shots, only4.shots) == ({1: 0, 2: 0, 3: 0, 4: 1}, {4: 0})
+    task = {lv: next(t for t in full.tasks("held-out") if t.data["level"] == lv) for lv in (3, 4)}
+    assert [m.model_dump() for m in env.initial_messages(task[3])] == [
+        m.model_dump() for m in [full.initial_messages(task[3])[0], *task[3].messages]
+    ]
+    assert [m.model_dump() for m in env.initial_messages(task[4])] == [
+        m.model_dump() for m in full.initial_messages(task[4])
+    ]  # level 4 has one worked example: shots=1 is all of it
+    assert [m.model_dump() for m in only4.initial_messages(task[3])] == [
+        m.model_dump() for m in full.initial_messages(task[3])
+    ]
+    assert len(only4.initial_messages(task[4])) == 2
+
+
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
+        ("finqa-lite:3?shots=0,5:1", "shots must be an integer >= 0 or LEVEL:N pairs"),
+        ("finqa-lite:3?shots=0,", "shots must be an integer >= 0 or LEVEL:N pairs"),
+        ("finqa-lite:3?shots=4:1,4:2", "shots names a level twice"),
         ("finqa-lite:3?shots=x", "shots must be an integer >= 0"),
         ("finqa-lite:3?shots=-1", "shots must be an integer >= 0"),
         ("finqa-lite:3?shots=²", "shots must be an integer >= 0"),

@@ -103,13 +103,16 @@ class FinqaLiteEnv(Environment):
         page_chars: int = 1500,
         limits: EnvLimits | None = None,
         tool_max_output_chars: int = 2000,
-        shots: int | None = None,
+        shots: int | dict[int, int] | None = None,
     ):
         self.levels = parse_levels(levels)
-        if shots is not None and shots < 0:
-            raise InputError(f"finqa-lite shots must be >= 0 (worked examples per level), got {shots}")
+        per_level = shots.values() if isinstance(shots, dict) else [] if shots is None else [shots]
+        if any(n < 0 for n in per_level) or (isinstance(shots, dict) and not set(shots) <= set(LEVELS)):
+            raise InputError(f"finqa-lite shots must be >= 0 (worked examples per level 1-4), got {shots}")
         # None: every worked example of the level (EXAMPLE_TEMPLATES); 0: a zero-shot prompt, for a policy that
-        # has learned the task (the worked example is ~80 % of the tokens before a level-3 question, ~87 % at level 4)
+        # has learned the task (the worked example is ~80 % of the tokens before a level-3 question, ~87 % at level 4);
+        # a dict: per level (a level not named: all of its own), e.g. {1: 0, 2: 0, 3: 0, 4: 1}, the worked example
+        # where a level is told apart from another only by it
         self.shots = shots
         self.seed = seed
         self.data = (
@@ -177,7 +180,8 @@ class FinqaLiteEnv(Environment):
 
     def _level_examples(self, level: int) -> list[Message]:
         if level not in self._examples:
-            templates = EXAMPLE_TEMPLATES[level][: self.shots]
+            shots = self.shots.get(level) if isinstance(self.shots, dict) else self.shots
+            templates = EXAMPLE_TEMPLATES[level][:shots]
             self._examples[level] = [m for template in templates for m in self._example(level, template)]
         return [m.model_copy(deep=True) for m in self._examples[level]]
 
