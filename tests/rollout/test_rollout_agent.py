@@ -216,8 +216,21 @@ def test_sampler_exception_is_error_status() -> None:
 
 def test_wall_time_truncates() -> None:
     env = FakeEnv(EnvLimits(max_turns=3, wall_time_s=0.05))
-    traj = play(FakeSampler(["slow"], delay_s=1.0), env)
-    assert traj.status == "truncated" and "wall time" in traj.error
+    traj = play(FakeSampler(["slow"], delay_s=1.0), env)  # one model call past the limit
+    assert traj.status == "truncated" and traj.error == "a model call took longer than the wall time of 0.05 s"
+    slow_tools = FakeEnv(EnvLimits(max_turns=4, wall_time_s=0.3), tool_delay=lambda t: 0.2)  # the episode's own time
+    traj = play(FakeSampler(["<calculate>1 + 1</calculate>"] * 3 + ["2"]), slow_tools)
+    assert traj.status == "truncated" and traj.error == "wall time of 0.3 s exceeded"
+    assert len(traj.tool_calls) == 1  # the second call's tool was cut off at 0.3 s
+
+
+def test_wall_time_does_not_count_model_calls_against_the_episode() -> None:
+    # three model calls of 0.2 s each (a batching sampler's queue) and quick tools: 0.6 s in all, past the
+    # episode's 0.5 s, but no call is past it and the episode's own time is small
+    env = FakeEnv(EnvLimits(max_turns=4, wall_time_s=0.5))
+    outputs = ["<calculate>1 + 1</calculate>", "<calculate>2 + 2</calculate>", "4"]
+    traj = play(FakeSampler(outputs, delay_s=0.2), env)
+    assert traj.status == "completed" and traj.error is None and len(traj.tool_calls) == 2
 
 
 def test_few_shot_rendered_in_format() -> None:

@@ -27,8 +27,8 @@ class EnvLimits(BaseModel):
     wall_time_s: float = Field(
         default=1800.0,
         gt=0,
-        description="per-episode guard against hangs; it includes time queued behind other episodes at the sampler, "
-        "so it must allow for a whole batch on a slow CPU",
+        description="per-episode guard against hangs: the episode's own time (tools, the loop), and separately each "
+        "model call's (time spent in a batching sampler's batch is the batch's, not counted against the episode)",
     )
 
 

@@ -7,10 +7,15 @@ turn has no tool call (its text is the final answer) or a limit is hit:
 | --- | --- |
 | a turn without tool calls (malformed calls count as calls) | ``completed`` |
 | ``limits.max_turns`` turns used and the last one still called a tool | ``max_turns`` |
-| a turn ran into its token cap, the episode's total token cap, or the wall time | ``truncated`` |
+| a turn ran into its token cap, the episode's total token cap, or the wall time (below) | ``truncated`` |
 | the sampler raised or reported an error; the template cannot be extended | ``error`` |
 
 The tool-call budget is the Episode's: calls past it come back as error results.
+
+The wall time (``limits.wall_time_s``) guards against hangs, and counts the episode's own time: its clock stops
+while a model call is out, and each model call has the same limit of its own. A batching sampler serves many
+episodes at once, so a call's time is mostly the batch's (64 level-4 episodes of a few thousand tokens each take
+longer than 30 minutes on a 2-core CPU): counted against every episode, it cut off episodes that were working.
 Rollout imports no torch: the policy is reached only through the sampler interface.
 """
 
@@ -44,6 +49,29 @@ from agentrft.types import (
     Trajectory,
     new_id,
 )
+
+
+class _WallClock:
+    """The episode's wall-time deadline (an ``asyncio.timeout``), stopped while a model call is out; the call
+    gets ``limit_s`` of its own."""
+
+    def __init__(self, deadline: asyncio.Timeout, limit_s: float) -> None:
+        self.deadline, self.limit_s = deadline, limit_s
+
+    async def model_call(self, call: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        when = self.deadline.when()
+        left = self.limit_s if when is None else when - loop.time()
+        self.deadline.reschedule(None)
+        try:
+            async with asyncio.timeout(self.limit_s):
+                return await call
+        except TimeoutError:
+            raise EpisodeEnd(
+                "truncated", f"a model call took longer than the wall time of {self.limit_s:g} s"
+            ) from None
+        finally:
+            self.deadline.reschedule(loop.time() + left)
 
 
 class EpisodeEnd(Exception):
@@ -158,12 +186,13 @@ async def run_episode(
     limits = env.task_limits(task)
     ledger: TokenLedger | None = None
     try:
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s):
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s) as deadline:
+            clock = _WallClock(deadline, limits.wall_time_s)
             if is_token_sampler(sampler):
                 ledger = TokenLedger()
-                await _token_loop(env, sampler, task, traj, fmt, params, ledger, group_key or group_id or None)
+                await _token_loop(env, sampler, task, traj, fmt, params, ledger, group_key or group_id or None, clock)
             else:
-                await _chat_loop(env, sampler, task, traj, fmt, params)
+                await _chat_loop(env, sampler, task, traj, fmt, params, clock)
     except EpisodeEnd as end:
         traj.status, traj.error = end.status, end.error  # type: ignore[assignment]
     except TimeoutError:
@@ -200,6 +229,7 @@ async def _token_loop(
     params: SamplingParams,
     ledger: TokenLedger,
     group_key: str | None,
+    clock: _WallClock,
 ) -> None:
     limits = env.task_limits(task)
     tools = env.task_tool_schemas(task) if fmt.native else None
@@ -225,7 +255,9 @@ async def _token_loop(
             episode=EpisodeView(task=task, turns=traj.messages[traj.n_prompt_messages :], writer=fmt),
         )
         try:
-            result = await sampler.sample(request)
+            result = await clock.model_call(sampler.sample(request))
+        except EpisodeEnd:
+            raise
         except Exception as exc:
             raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
         ledger.add_sampled(list(result.token_ids), list(result.logprobs), turn)
@@ -268,18 +300,28 @@ async def _token_loop(
 
 
 async def _chat_loop(
-    env: Environment, sampler: ChatSampler, task: Task, traj: Trajectory, fmt: ToolFormat, params: SamplingParams
+    env: Environment,
+    sampler: ChatSampler,
+    task: Task,
+    traj: Trajectory,
+    fmt: ToolFormat,
+    params: SamplingParams,
+    clock: _WallClock,
 ) -> None:
     """Endpoint without token ids (eval only): OpenAI messages and tools go to the endpoint as they are."""
     limits = env.task_limits(task)
     episode = env.start(task)
     for turn in range(limits.max_turns):
         try:
-            result = await sampler.chat(
-                [m.to_openai() for m in traj.messages],
-                env.task_tool_schemas(task) or None,
-                params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
+            result = await clock.model_call(
+                sampler.chat(
+                    [m.to_openai() for m in traj.messages],
+                    env.task_tool_schemas(task) or None,
+                    params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
+                )
             )
+        except EpisodeEnd:
+            raise
         except Exception as exc:
             raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
         traj.events.append(
