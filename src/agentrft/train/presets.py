@@ -56,7 +56,7 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # With the worked example at level 4 only (trained_shots '0,4:1', runs/p1: 48 level-4 demonstrations, 16 replayed per
 # earlier level, 12 steps in 30.8 min, a level-4 batch 247-325 s) level 3 no longer follows the level-4 pattern: held-out
 # 0.766 / 0.484 on levels 2 / 3; level 4 0 of 64, though 50 of those episodes took the expert's seven steps (search,
-# open, calculate per report, then the difference) with wrong calculations (the worked example's formula and figures).
+# open, calculate per report, then the difference) with wrong calculations (35 open with the worked example's growth form).
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 32}
 AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
