@@ -109,14 +109,13 @@ class AgenticSettings(BaseModel):
     @classmethod
     def _shots(cls, value: int | str | None) -> int | str | None:
         from agentrft.envs.registry import parse_shots
+        from agentrft.inputs import InputError
 
-        if isinstance(value, int) and value < 0:
-            raise ValueError(f"trained_shots: at least 0, got {value}")
-        if isinstance(value, str):
-            try:
-                parse_shots("finqa-lite", value)
-            except Exception as err:  # InputError: the spec's message names the grammar
-                raise ValueError(f"trained_shots: {err}") from None
+        try:
+            if value is not None:
+                parse_shots(str(value))  # the spec's own grammar: N, or [N,]LEVEL:N pairs
+        except InputError as err:
+            raise ValueError(f"trained_shots: {err}") from None
         return value
 
     @field_validator("late_levels")

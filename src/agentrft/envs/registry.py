@@ -48,20 +48,18 @@ def with_shots(spec: str, shots: str | int | None) -> str:
     return base + (f"?{urlencode(options, safe=',:')}" if options else "")
 
 
-def parse_shots(spec: str, text: str) -> int | dict[int, int]:
+def parse_shots(text: str) -> int | dict[int, int]:
     """A finqa-lite ``shots`` option: ``N`` (worked examples at every level) or ``[N,]LEVEL:N,...`` (per level;
-    a bare N sets the levels not named, else they keep all of their own), e.g. ``0,4:1``."""
+    a bare N sets the levels not named, else they keep all of their own), e.g. ``0,4:1``. Bad text: InputError."""
     items = text.split(",")
     if len(items) == 1 and re.fullmatch(r"[0-9]+", text):
         return int(text)
     default = int(items.pop(0)) if re.fullmatch(r"[0-9]+", items[0]) else None
     if not items or not all(re.fullmatch(r"[1-4]:[0-9]+", item) for item in items):
-        raise _unknown(
-            spec, f"shots must be an integer >= 0 or LEVEL:N pairs (worked examples per level), got {text!r}"
-        )
+        raise InputError(f"shots must be an integer >= 0 or LEVEL:N pairs (worked examples per level), got {text!r}")
     per_level = {int(level): int(n) for level, _, n in (item.partition(":") for item in items)}
     if len(per_level) != len(items):
-        raise _unknown(spec, f"shots names a level twice: {text!r}")
+        raise InputError(f"shots names a level twice: {text!r}")
     return per_level if default is None else {lv: per_level.get(lv, default) for lv in range(1, 5)}
 
 
@@ -83,7 +81,10 @@ def make_env(spec: str, **kwargs: Any) -> Environment:
                 raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
         shots = _options(spec, query, ("shots",)).get("shots")
         if shots is not None:
-            kwargs["shots"] = parse_shots(spec, shots)
+            try:
+                kwargs["shots"] = parse_shots(shots)
+            except InputError as err:
+                raise _unknown(spec, str(err)) from None
         return FinqaLiteEnv(**kwargs)
     if name == "finqa":
         head, _, path = spec.strip().partition(":")

@@ -53,23 +53,25 @@ from agentrft.types import (
 
 class _WallClock:
     """The episode's wall-time deadline (an ``asyncio.timeout``), stopped while a model call is out; the call
-    gets ``limit_s`` of its own."""
+    gets ``limit_s`` of its own. A call that fails or runs past its limit ends the episode (`EpisodeEnd`)."""
 
     def __init__(self, deadline: asyncio.Timeout, limit_s: float) -> None:
         self.deadline, self.limit_s = deadline, limit_s
 
     async def model_call(self, call: Any) -> Any:
         loop = asyncio.get_running_loop()
-        when = self.deadline.when()
-        left = self.limit_s if when is None else when - loop.time()
+        left = (self.deadline.when() or loop.time()) - loop.time()  # set by run_episode's timeout_at
         self.deadline.reschedule(None)
+        guard = asyncio.timeout(self.limit_s)
         try:
-            async with asyncio.timeout(self.limit_s):
+            async with guard:
                 return await call
-        except TimeoutError:
-            raise EpisodeEnd(
-                "truncated", f"a model call took longer than the wall time of {self.limit_s:g} s"
-            ) from None
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and guard.expired():
+                raise EpisodeEnd(
+                    "truncated", f"a model call took longer than the wall time of {self.limit_s:g} s"
+                ) from None
+            raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
         finally:
             self.deadline.reschedule(loop.time() + left)
 
@@ -254,12 +256,7 @@ async def _token_loop(
             group_key=group_key,
             episode=EpisodeView(task=task, turns=traj.messages[traj.n_prompt_messages :], writer=fmt),
         )
-        try:
-            result = await clock.model_call(sampler.sample(request))
-        except EpisodeEnd:
-            raise
-        except Exception as exc:
-            raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
+        result = await clock.model_call(sampler.sample(request))
         ledger.add_sampled(list(result.token_ids), list(result.logprobs), turn)
         traj.events.append(
             ModelCallEvent(
@@ -312,18 +309,13 @@ async def _chat_loop(
     limits = env.task_limits(task)
     episode = env.start(task)
     for turn in range(limits.max_turns):
-        try:
-            result = await clock.model_call(
-                sampler.chat(
-                    [m.to_openai() for m in traj.messages],
-                    env.task_tool_schemas(task) or None,
-                    params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
-                )
+        result = await clock.model_call(
+            sampler.chat(
+                [m.to_openai() for m in traj.messages],
+                env.task_tool_schemas(task) or None,
+                params.model_copy(update={"max_tokens": min(params.max_tokens, limits.max_tokens_per_turn)}),
             )
-        except EpisodeEnd:
-            raise
-        except Exception as exc:
-            raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
+        )
         traj.events.append(
             ModelCallEvent(
                 turn=turn,

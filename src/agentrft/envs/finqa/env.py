@@ -106,8 +106,8 @@ class FinqaLiteEnv(Environment):
         shots: int | dict[int, int] | None = None,
     ):
         self.levels = parse_levels(levels)
-        per_level = shots.values() if isinstance(shots, dict) else [] if shots is None else [shots]
-        if any(n < 0 for n in per_level) or (isinstance(shots, dict) and not set(shots) <= set(LEVELS)):
+        given = list(shots.values()) if isinstance(shots, dict) else [shots or 0]
+        if min(given, default=0) < 0 or (isinstance(shots, dict) and not set(shots) <= set(LEVELS)):
             raise InputError(f"finqa-lite shots must be >= 0 (worked examples per level 1-4), got {shots}")
         # None: every worked example of the level (EXAMPLE_TEMPLATES); 0: a zero-shot prompt, for a policy that
         # has learned the task (the worked example is ~80 % of the tokens before a level-3 question, ~87 % at level 4);
