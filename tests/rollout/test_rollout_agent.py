@@ -224,6 +224,15 @@ def test_wall_time_truncates() -> None:
     assert len(traj.tool_calls) == 1  # the second call's tool was cut off at 0.3 s
 
 
+def test_a_samplers_own_timeout_is_an_error_not_the_wall_time() -> None:
+    class TimingOut(FakeSampler):
+        async def sample(self, request):  # an HTTP client's timeout, well inside the wall time
+            raise TimeoutError("read timed out")
+
+    traj = play(TimingOut(["2"]), FakeEnv(EnvLimits(max_turns=3, wall_time_s=60.0)))
+    assert traj.status == "error" and traj.error == "sampler failed: TimeoutError: read timed out"
+
+
 def test_wall_time_does_not_count_model_calls_against_the_episode() -> None:
     # three model calls of 0.2 s each (a batching sampler's queue) and quick tools: 0.6 s in all, past the
     # episode's 0.5 s, but no call is past it and the episode's own time is small
