@@ -4,6 +4,8 @@
         [--set precision=bf16] [--set prefix_cache_tokens=16384] [--set remember_turns=0] [--set frozen=0]
         [--set share_head=0] [--set max_kv_positions=16384]
         (HFSampler options)
+    .venv/bin/python benchmarks/long_episodes.py --env 'finqa-lite:4?shots=0,4:1' --policy hf:RUN/imitation-late/policy
+        (any environment spec, e.g. level 4 with the prompt a policy was trained on)
 
 Prints one JSON object: wall time, peak RSS, episodes and pass@1, the engine's
 prefilled vs reused (shared or cached) prompt tokens, the share of the batch KV
@@ -65,6 +67,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--env", default="", help="an environment spec instead of finqa-lite:LEVEL (finqa-lite:4?shots=1)")
     ap.add_argument("--tasks", type=int, default=32)
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--policy", default="smollm2-135m")
@@ -77,7 +80,7 @@ def main() -> None:
 
     peak_bf16 = matmul_gflops(torch.bfloat16)
     peak_fp32 = matmul_gflops(torch.float32)
-    env = make_env(f"finqa-lite:{args.level}")
+    env = make_env(args.env or f"finqa-lite:{args.level}")
     t_load = time.perf_counter()
     # HFSampler options; frozen, as `agentrft eval` builds it (`--set frozen=0`: with fp32 masters, as in training)
     options = parse_sets(args.sets)
@@ -111,7 +114,7 @@ def main() -> None:
     achieved = 2 * params_n * computed / max(engine_s, 1e-9) / 1e9
     out = {
         "label": args.label,
-        "level": args.level,
+        "env": args.env or f"finqa-lite:{args.level}",
         "episodes": result.n_trajectories,
         "errored_episodes": len(errored),
         "first_error": errored[0].error if errored else None,
