@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentrft.envs.registry import shots_of, with_shots
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
+from agentrft.train.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
 
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
 BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"
@@ -78,7 +79,7 @@ class AgenticSettings(BaseModel):
         description="levels imitated in a second pass, after the others are (empty: one pass over every level)",
     )
     late_replay: int = Field(
-        default=0,
+        default=LATE_REPLAY,
         ge=0,
         description="demonstrations of each first-pass level (the first N of its own) replayed in the late pass, "
         "so the late levels' pattern does not overwrite theirs; the late pass then takes one pass over both",

@@ -24,9 +24,11 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     first, later = AgenticSettings().demo_counts()
     defaults = agentic_configs(tmp_path, full, [])
     assert defaults[0].steps == -(-sum(first.values()) // 8) and defaults[1].steps == -(-sum(later.values()) // 8)
-    assert set(later) == {4} and set(first) == {1, 2, 3}
-    # replayed demonstrations lengthen the late pass to one pass over them too: 32 + 3 x 8 in batches of 8
+    # the late pass: level 4's demonstrations and the first 64 of each earlier level replayed
+    assert set(first) == {1, 2, 3} and later == {**{lv: min(n, 64) for lv, n in first.items()}, 4: 64}
+    # replayed demonstrations lengthen the late pass to one pass over them too: 64 + 3 x 8 in batches of 8
     replayed = agentic_configs(tmp_path, AgenticSettings(late_replay=8), [])[1]
+    later = AgenticSettings(late_replay=0).demo_counts()[1]
     assert replayed.steps == -(-(later[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
@@ -142,8 +144,8 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         demos = store.query_trajectories(run_id=runs["demos"].id)
         late = store.query_trajectories(run_id=runs["demos-late"].id)
         # the oracle's demonstrations: 4 per level of the training split, every one a success; level 4's
-        # in their own run, which only the second imitation pass learns from
-        assert len(demos) == 12 and len(late) == 4
+        # in their own run, which only the second imitation pass learns from, with each earlier level's replayed
+        assert len(demos) == 12 and len(late) == 16
         assert all(t.grade is not None and t.grade.success for t in demos + late)
         # played on the trained prompt, zero-shot: the system prompt, then the task's question
         assert all([m.role for m in t.messages[:2]] == ["system", "user"] for t in demos + late)
@@ -151,7 +153,10 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         assert runs["baseline"].config["env"] == "finqa-lite:2,3,4"
         assert runs["final"].config["env"] == runs["baseline-trained-prompt"].config["env"]
         level = {t.id: t.data["level"] for t in make_env("finqa-lite:1,2,3,4").tasks("train")}
-        assert {level[t.task_id] for t in demos} == {1, 2, 3} and {level[t.task_id] for t in late} == {4}
+        assert {level[t.task_id] for t in demos} == {1, 2, 3}
+        late_levels = sorted(level[t.task_id] for t in late)
+        assert late_levels == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
+        assert {t.task_id for t in late if level[t.task_id] < 4} == {t.task_id for t in demos}  # the replayed
     finally:
         store.close()
     summary = json.loads((run_dir / "agentic.json").read_text())
@@ -197,7 +202,7 @@ def test_recipe_settings_are_set_by_name_and_bad_ones_are_named() -> None:
     base = AgenticSettings()
     got = base.with_overrides(["recipe.late_replay=8", 'recipe.demo_tasks={"1": 4, "4": 2}', "recipe.ood=false"])
     assert (got.late_replay, got.demo_tasks, got.ood) == (8, {1: 4, 4: 2}, False)
-    assert base.late_replay == 0 and base.with_overrides([]) == base
+    assert base.late_replay == 64 and base.with_overrides([]) == base
     with pytest.raises(ValueError, match="recipe.nope=1.*KEY one of quick, levels"):
         base.with_overrides(["recipe.nope=1"])
     with pytest.raises(ValueError, match="recipe.late_replay=-2.*greater than or equal to 0"):

@@ -57,7 +57,15 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # earlier level, 12 steps in 30.8 min, a level-4 batch 247-325 s) level 3 no longer follows the level-4 pattern: held-out
 # 0.766 / 0.484 on levels 2 / 3; level 4 0 of 64, though 50 of those episodes took the expert's seven steps (search,
 # open, calculate per report, then the difference) with wrong calculations (35 open with the worked example's growth form).
-AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 32}
+# On the zero-shot prompt the balance of the second pass decides which of levels 3 and 4 the policy follows
+# (2026-12-03, from the same first pass, runs/ag3): 64 level-4 demonstrations with 16 replayed per earlier level
+# (runs/z1, 14 steps, 21.3 min) taught level 4's procedure (probe, 16 held-out episodes: 3 right, 7 with both
+# reports' calculations right) but level-3 episodes went on to a second report (10 of the first 11 ran out of
+# turns); with 64 replayed per earlier level (runs/z2, 28 steps, 28.9 min) held-out levels 2 / 3 rose to
+# 0.906 / 0.641 (64 episodes each, the best of any run) and level 4 fell back to one report (0 of 17: 15 with
+# the first report's calculation right, none looked up the second). The defaults are z2's.
+AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 64}
+AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in the second pass
 AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
 
@@ -68,7 +76,9 @@ def one_pass(counts: dict[int, int]) -> int:
 
 
 _FIRST_STEPS = one_pass({lv: n for lv, n in AGENTIC_DEMO_TASKS.items() if lv not in AGENTIC_LATE_LEVELS})
-_LATE_STEPS = one_pass({lv: n for lv, n in AGENTIC_DEMO_TASKS.items() if lv in AGENTIC_LATE_LEVELS})
+_LATE_STEPS = one_pass(  # the late levels' demonstrations and the replayed ones
+    {lv: n if lv in AGENTIC_LATE_LEVELS else min(n, AGENTIC_LATE_REPLAY) for lv, n in AGENTIC_DEMO_TASKS.items()}
+)
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
 # recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4),
