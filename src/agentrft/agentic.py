@@ -53,6 +53,7 @@ from agentrft.envs.registry import shots_of, with_shots
 from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 from agentrft.train.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
+from agentrft.train.presets import split_passes
 
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
 BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"
@@ -131,11 +132,7 @@ class AgenticSettings(BaseModel):
     def demo_counts(self) -> tuple[dict[int, int], dict[int, int]]:
         """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass)."""
         counts = self.demo_tasks if isinstance(self.demo_tasks, dict) else dict.fromkeys(range(1, 5), self.demo_tasks)
-        first = {lv: n for lv, n in counts.items() if lv not in self.late_levels}
-        late = {lv: n for lv, n in counts.items() if lv in self.late_levels}
-        if late and self.late_replay:
-            late |= {lv: min(n, self.late_replay) for lv, n in first.items()}
-        return first, dict(sorted(late.items()))
+        return split_passes(counts, self.late_levels, self.late_replay)
 
     def with_overrides(self, items: list[str]) -> AgenticSettings:
         """These settings with ``recipe.KEY=VALUE`` items applied (VALUE read as every ``--set`` value is,

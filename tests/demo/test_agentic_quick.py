@@ -28,8 +28,8 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     assert set(first) == {1, 2, 3} and later == {**{lv: min(n, 64) for lv, n in first.items()}, 4: 64}
     # replayed demonstrations lengthen the late pass to one pass over them too: 64 + 3 x 8 in batches of 8
     replayed = agentic_configs(tmp_path, AgenticSettings(late_replay=8), [])[1]
-    later = AgenticSettings(late_replay=0).demo_counts()[1]
-    assert replayed.steps == -(-(later[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
+    no_replay = AgenticSettings(late_replay=0).demo_counts()[1]
+    assert replayed.steps == -(-(no_replay[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
     assert (sft.rollout.env, late.rollout.env, rl.rollout.env) == (
@@ -186,7 +186,7 @@ def test_an_environment_spec_gets_its_shots_option_set() -> None:
 
 
 def test_late_levels_split_the_demonstrations_and_are_checked() -> None:
-    settings = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2})
+    settings = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_replay=0)
     assert settings.demo_counts() == ({1: 3, 2: 5, 3: 7}, {4: 2})
     assert AgenticSettings(demo_tasks=4, late_levels=[]).demo_counts() == (dict.fromkeys(range(1, 5), 4), {})
     assert AgenticSettings(late_levels=[4, 3, 4]).late_levels == [3, 4]

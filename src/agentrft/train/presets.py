@@ -75,10 +75,20 @@ def one_pass(counts: dict[int, int]) -> int:
     return -(-sum(counts.values()) // _AGENTIC_BATCH)
 
 
-_FIRST_STEPS = one_pass({lv: n for lv, n in AGENTIC_DEMO_TASKS.items() if lv not in AGENTIC_LATE_LEVELS})
-_LATE_STEPS = one_pass(  # the late levels' demonstrations and the replayed ones
-    {lv: n if lv in AGENTIC_LATE_LEVELS else min(n, AGENTIC_LATE_REPLAY) for lv, n in AGENTIC_DEMO_TASKS.items()}
-)
+def split_passes(
+    counts: dict[int, int], late_levels: tuple[int, ...] | list[int], replay: int
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass); the late
+    pass also replays the first `replay` of each first-pass level (`agentic.AgenticSettings.late_replay`)."""
+    first = {lv: n for lv, n in counts.items() if lv not in late_levels}
+    late = {lv: n for lv, n in counts.items() if lv in late_levels}
+    if late and replay:
+        late |= {lv: min(n, replay) for lv, n in first.items()}
+    return first, dict(sorted(late.items()))
+
+
+_FIRST_COUNTS, _LATE_COUNTS = split_passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS, AGENTIC_LATE_REPLAY)
+_FIRST_STEPS, _LATE_STEPS = one_pass(_FIRST_COUNTS), one_pass(_LATE_COUNTS)
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
 # recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4),
