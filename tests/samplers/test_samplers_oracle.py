@@ -111,7 +111,7 @@ def test_a_turn_over_the_token_cap_is_cut_like_a_models(env: FinqaLiteEnv, oracl
     view = EpisodeView(task=task, turns=[], writer=make_format("xml", env.tool_schemas()))
     full = asyncio.run(oracle.sample(SampleRequest([1, 2], SamplingParams(max_tokens=256), episode=view)))
     assert full.finish_reason == "stop" and full.token_ids[-1] == oracle.tokenizer.eos_token_id
-    assert full.text.startswith("<search>") and full.text.endswith("</search>")
+    assert full.text.startswith("I need one report: ") and full.text.endswith("</search>")  # the plan, then the call
     cut = asyncio.run(oracle.sample(SampleRequest([1, 2], SamplingParams(max_tokens=4), episode=view)))
     assert cut.finish_reason == "length" and cut.token_ids == full.token_ids[:4]
     assert cut.text == oracle.decode(full.token_ids[:4])
@@ -173,3 +173,23 @@ def test_a_template_that_rewrites_assistant_text_is_refused(env: FinqaLiteEnv) -
     assert expert is not None
     with pytest.raises(OracleError, match="not be token-exact"):
         OracleSampler(expert, _TemplateThatRewritesContent())
+
+
+@pytest.mark.parametrize("fmt", ["xml", "hermes"])
+def test_the_first_call_at_levels_three_and_four_states_the_reports_needed(
+    env: FinqaLiteEnv, oracle: OracleSampler, fmt: str
+) -> None:
+    tasks = _sample(env, 2)
+    for task, traj in zip(tasks, _play(env, oracle, tasks, fmt), strict=True):
+        d = task.data
+        asked = max(i for i, m in enumerate(traj.messages) if m.role == "user")  # after the worked examples
+        said = [m.content for m in traj.messages[asked:] if m.role == "assistant" and m.tool_calls]
+        if d["level"] <= 2:
+            assert not any(said), said  # the figures are in the question: nothing to look up
+            continue
+        reports = [f"{c}'s {y} annual report" for c, y in zip(d["companies"], d["years"], strict=True)]
+        plan = (
+            f"I need one report: {reports[0]}." if d["level"] == 3 else f"I need two reports: {' and '.join(reports)}."
+        )
+        # the plan comes back out of the rendered text (the stored message is what was parsed from the tokens)
+        assert said[0] == plan and not any(said[1:]), said

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from agentrft.envs.finqa.curriculum import numbers_in
-from agentrft.envs.finqa.env import FinqaLiteEnv
-from agentrft.envs.finqa.expert import FinqaExpert, decomposes, report_operands, report_programs
+from agentrft.envs.finqa.env import EXAMPLE_TEMPLATES, FinqaLiteEnv
+from agentrft.envs.finqa.expert import FinqaExpert, decomposes, plan_text, report_operands, report_programs
 from agentrft.envs.finqa.program import execute_program
 from agentrft.graders import load_grader
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
@@ -116,3 +116,13 @@ def test_a_figure_on_a_later_page_is_read_there(env: FinqaLiteEnv) -> None:
         assert report_operands(task.data)[0] <= shown, task.id
         assert turns[-1].text() == f"The answer is {turns[-2].text()}."
     assert max(pages_opened) >= 2  # some figures were past page 1 and the expert turned the page
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_worked_examples_open_with_the_plan_like_the_expert(level: int) -> None:
+    one = FinqaLiteEnv(levels=(level,), seed=0)
+    calls = [m for m in one.few_shot() if m.tool_calls]
+    example = one.data.example_task(level, EXAMPLE_TEMPLATES[level][0])
+    assert calls[0].content == plan_text(example.data)
+    assert calls[0].content.startswith("I need one report: " if level == 3 else "I need two reports: ")
+    assert not any(m.content for m in calls[1:])

@@ -21,6 +21,7 @@ from agentrft.envs.finqa.expert import (
     FinqaExpert,
     decomposes,
     difference_program,
+    plan_text,
     report_programs,
 )
 from agentrft.envs.finqa.program import program_to_infix
@@ -194,6 +195,7 @@ class FinqaLiteEnv(Environment):
         parts = report_programs(task.data) if level == DECOMPOSED_LEVEL and decomposes(task.data) else []
         results: list[str] = []
         if level >= 3:
+            start = len(messages)
             for j, (company, year, doc_id) in enumerate(
                 zip(task.data["companies"], task.data["years"], task.data["doc_ids"], strict=True)
             ):
@@ -203,6 +205,7 @@ class FinqaLiteEnv(Environment):
                 if parts:
                     results.append(state.calculate(parts[j]))
                     messages += calls.call("calculate", {"expression": parts[j]}, results[-1])
+            messages[start].content = plan_text(task.data)  # the expert's first words (expert.plan_text)
         if parts:
             expression = difference_program(results[0], results[1])
             messages += calls.call("calculate", {"expression": expression}, state.calculate(expression))

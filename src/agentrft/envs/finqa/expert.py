@@ -15,6 +15,10 @@ It decides each turn from the task's gold data (`program`, `doc_ids`, `companies
   (where that rounding would miss the gold answer, `decomposes`, it writes the whole program at once).
   The five-step composition in one call is what a 135M model failed to write after imitation (it wrote
   one or two steps); the parts are the level-3 calculation it had learned;
+* at levels 3–4 the first call carries the plan as its text, the reports the task needs
+  (`plan_text`: "I need two reports: A's 2022 annual report and B's 2022 annual report."), so the
+  turn after a report's calculation (answer, or look up the next report) can follow from the
+  episode's own opening; without it a 135M policy imitated level 3 or level 4, not both;
 * finally answer "The answer is <the calculator's last result>." (the gold answer only if a
   calculation failed, which the tests show does not happen on the shipped splits).
 
@@ -153,6 +157,13 @@ class FinqaExpert:
     """`envs.base.Expert` for finqa-lite (module docstring)."""
 
     def next_turn(self, task: Task, turns: list[Message]) -> Message:
+        message = self._next_turn(task, turns)
+        first = not any(m.tool_calls for m in turns if m.role == "assistant")
+        if first and message.tool_calls and int(task.data["level"]) not in CALCULATOR_ONLY_LEVELS:
+            message.content = plan_text(task.data)
+        return message
+
+    def _next_turn(self, task: Task, turns: list[Message]) -> Message:
         seen = read_turns(turns)
         data = task.data
         level = int(data["level"])
@@ -204,6 +215,15 @@ class FinqaExpert:
             if missing and following <= seen.page_counts.get(doc_id, 0):
                 return _call(n, "open", {"doc_id": doc_id, "page": following})
         return None
+
+
+def plan_text(data: Mapping[str, Any]) -> str:
+    """The expert's first words at levels 3-4: the reports it needs, so the turn after a report's calculation
+    (answer, or look up the next report) follows from the episode's own opening, not from a question far back."""
+    reports = [f"{c}'s {y} annual report" for c, y in zip(data["companies"], data["years"], strict=True)]
+    if len(reports) == 1:
+        return f"I need one report: {reports[0]}."
+    return f"I need two reports: {reports[0]} and {reports[1]}."
 
 
 def _call(n: int, name: str, arguments: dict[str, Any]) -> Message:
