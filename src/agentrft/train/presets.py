@@ -62,8 +62,9 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # (runs/z1, 14 steps, 21.3 min) taught level 4's procedure (probe, 16 held-out episodes: 3 right, 7 with both
 # reports' calculations right) but level-3 episodes went on to a second report (10 of the first 11 ran out of
 # turns); with 64 replayed per earlier level (runs/z2, 28 steps, 28.9 min) held-out levels 2 / 3 rose to
-# 0.906 / 0.641 (64 episodes each, the best of any run) and level 4 fell back to one report (0 of 17: 15 with
-# the first report's calculation right, none looked up the second). The defaults are z2's.
+# 0.906 / 0.641 (64 episodes each). (Its level-4 eval was stopped at 17 of 64, which keeps the short episodes
+# only: docs/agentic.md.) The defaults are z2's; the expert's plan (envs/finqa/expert.py plan_text) is what
+# lets one policy keep both levels (runs/z3, docs/agentic.md).
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 64}
 AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in the second pass
 AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
