@@ -9,10 +9,11 @@ steps that mattered. One command, one run directory:
 2. **demonstrations**: the `oracle` policy (`samplers/oracle.py`: the environment's expert written in
    the student's tool-call text and tokenizer) plays the training split of levels 1-4; stored and
    graded like any trajectory (runs ``demos`` and, of the late levels, ``demos-late``);
-3. **imitation**: filtered SFT on those demonstrations (preset ``agentic-imitation``), then a second
-   pass over the late levels' (level 4: two reports, each a level-3 lookup) from those weights (preset
-   ``agentic-imitation-late``): a task built from the earlier levels' skills is learned once they are;
-   held-out evals again (run ``imitation``), so each stage's share is visible;
+3. **imitation**: filtered SFT on those demonstrations (preset ``agentic-imitation``): one shuffled pass over
+   every level by default (the expert's stated plan keeps levels 3 and 4 apart, docs/agentic.md); levels named
+   in ``late_levels`` get a second pass from those weights (preset ``agentic-imitation-late``, with
+   ``late_replay`` of each earlier level's); held-out evals again (run ``imitation``), so each stage's share
+   is visible;
 4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/curriculum.py`)
    and the outcome plus per-turn process credit (`graders/finqa_process.py`, ``algorithm.turn_level``)
    (preset ``agentic-rl``);
@@ -155,7 +156,8 @@ class AgenticSettings(BaseModel):
     @classmethod
     def preset(cls, quick: bool) -> AgenticSettings:
         if quick:
-            return cls(quick=True, eval_tasks=2, eval_samples=2, demo_tasks=4, ood=False)
+            # a second pass (level 4) even so, so the quick recipe exercises both passes' code
+            return cls(quick=True, eval_tasks=2, eval_samples=2, demo_tasks=4, ood=False, late_levels=[4])
         return cls()
 
 

@@ -20,15 +20,20 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     assert sft.method == late.method == "sft" and rl.method == "grpo"
     assert sft.data.source == late.data.source == str(tmp_path / RUN_STORE_NAME)
     assert (sft.data.runs, late.data.runs) == (["demos"], ["demos-late"])
-    # the presets' passes are one pass over their demonstrations, in batches of 8
+    # by default one pass over every level's demonstrations (the expert's plan keeps levels 3 and 4 apart)
     first, later = AgenticSettings().demo_counts()
-    defaults = agentic_configs(tmp_path, full, [])
+    assert set(first) == {1, 2, 3, 4} and later == {}
+    assert agentic_configs(tmp_path, full, [])[0].steps == -(-sum(first.values()) // 8)  # batches of 8
+    # with late levels, each pass is one pass over its demonstrations: level 4's, and the first 64 of each
+    # earlier level replayed
+    two = AgenticSettings(late_levels=[4])
+    first, later = two.demo_counts()
+    defaults = agentic_configs(tmp_path, two, [])
     assert defaults[0].steps == -(-sum(first.values()) // 8) and defaults[1].steps == -(-sum(later.values()) // 8)
-    # the late pass: level 4's demonstrations and the first 64 of each earlier level replayed
     assert set(first) == {1, 2, 3} and later == {**{lv: min(n, 64) for lv, n in first.items()}, 4: 64}
     # replayed demonstrations lengthen the late pass to one pass over them too: 64 + 3 x 8 in batches of 8
-    replayed = agentic_configs(tmp_path, AgenticSettings(late_replay=8), [])[1]
-    no_replay = AgenticSettings(late_replay=0).demo_counts()[1]
+    replayed = agentic_configs(tmp_path, AgenticSettings(late_levels=[4], late_replay=8), [])[1]
+    no_replay = AgenticSettings(late_levels=[4], late_replay=0).demo_counts()[1]
     assert replayed.steps == -(-(no_replay[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
@@ -186,12 +191,12 @@ def test_an_environment_spec_gets_its_shots_option_set() -> None:
 
 
 def test_late_levels_split_the_demonstrations_and_are_checked() -> None:
-    settings = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_replay=0)
+    settings = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_levels=[4], late_replay=0)
     assert settings.demo_counts() == ({1: 3, 2: 5, 3: 7}, {4: 2})
     assert AgenticSettings(demo_tasks=4, late_levels=[]).demo_counts() == (dict.fromkeys(range(1, 5), 4), {})
     assert AgenticSettings(late_levels=[4, 3, 4]).late_levels == [3, 4]
     # the late pass replays the first N demonstrations of each first-pass level beside the late ones
-    replay = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_replay=4)
+    replay = AgenticSettings(demo_tasks={1: 3, 2: 5, 3: 7, 4: 2}, late_levels=[4], late_replay=4)
     assert replay.demo_counts() == ({1: 3, 2: 5, 3: 7}, {1: 3, 2: 4, 3: 4, 4: 2})
     assert AgenticSettings(demo_tasks=4, late_levels=[], late_replay=2).demo_counts()[1] == {}
     with pytest.raises(ValueError, match="late_replay"):

@@ -65,9 +65,12 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # 0.906 / 0.641 (64 episodes each). (Its level-4 eval was stopped at 17 of 64, which keeps the short episodes
 # only: docs/agentic.md.) The defaults are z2's; the expert's plan (envs/finqa/expert.py plan_text) is what
 # lets one policy keep both levels (runs/z3, docs/agentic.md).
-AGENTIC_DEMO_TASKS: dict[int, int] = {1: 32, 2: 96, 3: 176, 4: 64}
-AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in the second pass
-AGENTIC_LATE_LEVELS: tuple[int, ...] = (4,)  # imitated in the second pass (`agentic.AgenticSettings.late_levels`)
+# With the plan, one shuffled pass over all four levels keeps them apart (runs/s1, 2026-12-03: 16 / 48 / 128 / 64
+# demonstrations, 32 steps in 32.8 min; held-out levels 2 / 3 / 4 0.844 / 0.562 / 0.250), so the recipe has no
+# second pass by default; `recipe.late_levels=[4]` brings it back (with `late_replay` of each earlier level).
+AGENTIC_DEMO_TASKS: dict[int, int] = {1: 16, 2: 48, 3: 128, 4: 64}
+AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in a second pass
+AGENTIC_LATE_LEVELS: tuple[int, ...] = ()  # imitated in a second pass (`agentic.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
 
 
@@ -89,7 +92,9 @@ def split_passes(
 
 
 _FIRST_COUNTS, _LATE_COUNTS = split_passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS, AGENTIC_LATE_REPLAY)
-_FIRST_STEPS, _LATE_STEPS = one_pass(_FIRST_COUNTS), one_pass(_LATE_COUNTS)
+# the late preset's own steps (at least one: with no late levels it is used only when `late_levels` names some,
+# and then `agentic.agentic_configs` sets its steps from those)
+_FIRST_STEPS, _LATE_STEPS = one_pass(_FIRST_COUNTS), max(1, one_pass(_LATE_COUNTS))
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
 # recipe's zero-shot prompt the system prompt with its tools, so levels 1-2 (calculator only) and levels 3-4),
