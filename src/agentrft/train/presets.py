@@ -37,37 +37,13 @@ _SFT: dict[str, Any] = {
 # The agentic recipe (`agentrft demo --agentic`, agentic.py) on finqa-lite levels 1-4. Every task is prompted as its
 # own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
 AGENTIC_ENV = "finqa-lite:1,2,3,4"
-# Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`). Imitation time goes where the held-out pass
-# rate moved (runs/agentic2 and a side run): a batch of 8 costs ~10 s on levels 1-2, ~55 s on level 3 and ~190 s on
-# level 4 (4.4k-token episodes). 96 level-3 demonstrations seen once left level 3 at 0.05, 200 took it to 0.44
-# (runs/agentic3; 0.53 after RL), with level 2 at 0.78 from 96. Level 4 (two reports) is learned only once levels 2-3
-# are: 48 per-report demonstrations shuffled in with the others left it at 0 and cost levels 2-3 (runs/agentic4:
-# 16/64/144/48, level 2 0.31, level 3 0.34), while 64 of them after the others took it from 0 to 0.34 and left
-# levels 2-3 where they were (runs/l4dec: 0.83 / 0.53). So level 4 is imitated in a second pass, after the others.
-# On the zero-shot prompt the recipe trains on (agentic.AgenticSettings.trained_shots) a level-4 batch of 8 costs
-# 146 s on the 2-core Xeon with AMX, and 100 s since the segment layout's causal suffix path (the few-shot prompt's:
-# 190-250 s), so the second pass takes 32 demonstrations, not 16. In a whole run on that machine (2026-12-02) the
-# first pass over 200 level-3 demonstrations took 28.2 min (level-3 batches 49-67 s) and the second 8.3 min, which
-# with RL's ~10 left no room in the 45 minutes: level 3 takes 176 (three batches fewer).
-# On the zero-shot prompt a second pass does not yet teach level 4 without breaking level 3 (2026-12-03, held-out
-# 64 episodes each): 32 level-4 demonstrations with 8 replayed per earlier level left levels 2/3/4 at 0.53/0.38/0,
-# 48 with 16 at 0.67/0.02/0, 32 with 32 at 0.77/0.25/0 (8 of 64); the level-3 episodes that failed searched for a second report
-# (the level-4 pattern): without the worked example the policy does not tell the two questions apart.
-# With the worked example at level 4 only (trained_shots '0,4:1', runs/p1: 48 level-4 demonstrations, 16 replayed per
-# earlier level, 12 steps in 30.8 min, a level-4 batch 247-325 s) level 3 no longer follows the level-4 pattern: held-out
-# 0.766 / 0.484 on levels 2 / 3; level 4 0 of 64, though 50 of those episodes took the expert's seven steps (search,
-# open, calculate per report, then the difference) with wrong calculations (35 open with the worked example's growth form).
-# On the zero-shot prompt the balance of the second pass decides which of levels 3 and 4 the policy follows
-# (2026-12-03, from the same first pass, runs/ag3): 64 level-4 demonstrations with 16 replayed per earlier level
-# (runs/z1, 14 steps, 21.3 min) taught level 4's procedure (probe, 16 held-out episodes: 3 right, 7 with both
-# reports' calculations right) but level-3 episodes went on to a second report (10 of the first 11 ran out of
-# turns); with 64 replayed per earlier level (runs/z2, 28 steps, 28.9 min) held-out levels 2 / 3 rose to
-# 0.906 / 0.641 (64 episodes each). (Its level-4 eval was stopped at 17 of 64, which keeps the short episodes
-# only: docs/agentic.md.) The defaults are z2's; the expert's plan (envs/finqa/expert.py plan_text) is what
-# lets one policy keep both levels (runs/z3, docs/agentic.md).
-# With the plan, one shuffled pass over all four levels keeps them apart (runs/s1, 2026-12-03: 16 / 48 / 128 / 64
-# demonstrations, 32 steps in 32.8 min; held-out levels 2 / 3 / 4 0.844 / 0.562 / 0.250), so the recipe has no
-# second pass by default; `recipe.late_levels=[4]` brings it back (with `late_replay` of each earlier level).
+# Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`), one shuffled pass over all four levels.
+# Imitation time goes where the held-out pass rate moves: on the zero-shot prompt a batch of 8 costs ~10 s on
+# levels 1-2, ~55 s on level 3 and ~95 s on level 4 (2-core Xeon with AMX). Level 4 shares the pass with the others
+# because the expert states its plan ("I need two reports: ...", envs/finqa/expert.py plan_text): before it, a
+# policy imitated level 3's pattern or level 4's, never both, whatever the mix or a second pass's replay. These
+# counts are runs/s1's (2026-12-03: 32 steps in 32.8 min, held-out levels 2 / 3 / 4 0.844 / 0.562 / 0.250);
+# every run behind them is in docs/agentic.md. `recipe.late_levels=[4]` brings back a second pass.
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 16, 2: 48, 3: 128, 4: 64}
 AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in a second pass
 AGENTIC_LATE_LEVELS: tuple[int, ...] = ()  # imitated in a second pass (`agentic.AgenticSettings.late_levels`)

@@ -223,7 +223,9 @@ def plan_text(data: Mapping[str, Any]) -> str:
     reports = [f"{c}'s {y} annual report" for c, y in zip(data["companies"], data["years"], strict=True)]
     if len(reports) == 1:
         return f"I need one report: {reports[0]}."
-    return f"I need two reports: {reports[0]} and {reports[1]}."
+    if len(reports) == 2:
+        return f"I need two reports: {reports[0]} and {reports[1]}."
+    raise ValueError(f"a finqa-lite task names one or two reports, this one {len(reports)}")
 
 
 def _call(n: int, name: str, arguments: dict[str, Any]) -> Message:
