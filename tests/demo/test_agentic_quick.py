@@ -36,17 +36,18 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     no_replay = AgenticSettings(late_levels=[4], late_replay=0).demo_counts()[1]
     assert replayed.steps == -(-(no_replay[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
+    # RL sees every level from its first step (on levels 1-3 alone it unlearned level 4: docs/agentic.md)
+    assert (rl.rollout.curriculum.start_unlocked, rl.rollout.curriculum.weighting) == (4, "learnability")
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
     assert (sft.rollout.env, late.rollout.env, rl.rollout.env) == (
         "finqa-lite:1,2,3,4?shots=0",
         "finqa-lite:1,2,3,4?shots=0",
-        "finqa-lite:1,2,3?shots=0",
+        "finqa-lite:1,2,3,4?shots=0",
     )
     per_level = agentic_configs(tmp_path, AgenticSettings(trained_shots="0,4:1"), [])  # level 4's worked example
     assert [c.rollout.env for c in per_level] == [
         "finqa-lite:1,2,3,4?shots=0,4:1",
-        *[per_level[0].rollout.env] * 1,
-        "finqa-lite:1,2,3?shots=0,4:1",
+        *[per_level[0].rollout.env] * 2,
     ]
     with pytest.raises(ConfigError, match="trained_shots: .*LEVEL:N pairs"):
         AgenticSettings().with_overrides(["recipe.trained_shots=0,5:1"])

@@ -55,6 +55,46 @@ def test_levels_unlock_in_order_when_the_rolling_pass_rate_reaches_the_threshold
     assert m["curriculum/level_2_pass_rate"] == 1.0 and "curriculum/level_3_pass_rate" not in m
 
 
+def test_learnability_weights_follow_p_times_one_minus_p_by_hand() -> None:
+    cfg = CurriculumConfig(
+        enabled=True,
+        window=4,
+        min_episodes=4,
+        promote_at=0.75,
+        keep_share=0.2,
+        start_unlocked=3,
+        weighting="learnability",
+    )
+    c = Curriculum(_tasks(), cfg, seed=0)
+    assert c.unlocked == 3  # every level open from the start
+    # nothing measured: each level's signal is the most, 0.25, so the draws are even
+    assert c.level_weights() == {lv: pytest.approx(1 / 3) for lv in (1, 2, 3)}
+    c.observe(_group("L1-0", [True, True, True, True]))  # p 1: no signal
+    c.observe(_group("L2-0", [True, False, False, False]))  # p 1/4: s = 3/16
+    c.observe(_group("L3-0", [True, True, False]))  # 3 < min_episodes: still 0.25
+    # s = 0, 3/16, 4/16 (sum 7/16); weight = 0.8 * s / sum + 0.2 / 3
+    assert c.level_weights() == {
+        1: pytest.approx(0.2 / 3),
+        2: pytest.approx(0.8 * 3 / 7 + 0.2 / 3),
+        3: pytest.approx(0.8 * 4 / 7 + 0.2 / 3),
+    }
+    assert sum(c.level_weights().values()) == pytest.approx(1.0)
+    c.observe(_group("L2-1", [True, True, True, True]) + _group("L3-1", [True, True, True, True]))
+    c.observe(_group("L3-2", [True, True, True, True]))  # every level now all-pass: no signal anywhere, even draws
+    assert c.level_weights() == {lv: pytest.approx(1 / 3) for lv in (1, 2, 3)}
+
+
+def test_learnability_keeps_locked_levels_at_zero_and_start_unlocked_is_capped_and_resumed() -> None:
+    cfg = CurriculumConfig(enabled=True, window=4, min_episodes=4, start_unlocked=2, weighting="learnability")
+    c = Curriculum(_tasks(), cfg, seed=0)
+    assert c.unlocked == 2 and c.level_weights()[3] == 0.0
+    assert {t.id[:2] for cursor in range(50) for t in c.draw(cursor, 2)} == {"L1", "L2"}
+    assert Curriculum(_tasks(), cfg.model_copy(update={"start_unlocked": 9}), seed=0).unlocked == 3
+    c.observe(_group("L2-0", [True, True, True, False]))  # level 2 at 0.75 >= promote_at 0.5: level 3 unlocks
+    assert c.unlocked == 3
+    assert Curriculum(_tasks(), cfg, seed=0, state=c.state_dict()).level_weights() == c.level_weights()
+
+
 def test_errors_do_not_count_in_the_pass_rates() -> None:
     c = Curriculum(_tasks(), CFG, seed=0)
     crashed = _group("L1-0", [False, False])
@@ -134,8 +174,11 @@ CURRICULUM = {
 }
 
 
-def _run(run_dir: Any, resume: bool = False, stop_after: int | None = None) -> Any:
-    return train(F.config(**CURRICULUM), run_dir, resume=resume, components=_components(run_dir), stop_after=stop_after)
+LEARNABILITY = {**CURRICULUM, "rollout.curriculum.weighting": "learnability", "rollout.curriculum.start_unlocked": 2}
+
+
+def _run(run_dir: Any, resume: bool = False, stop_after: int | None = None, sets: dict[str, Any] = CURRICULUM) -> Any:
+    return train(F.config(**sets), run_dir, resume=resume, components=_components(run_dir), stop_after=stop_after)
 
 
 def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -150,12 +193,13 @@ def _trained_tasks(run_dir: Any) -> list[tuple[str, int]]:
         return sorted((t.task_id, t.policy_version) for t in s.query_trajectories(run_id=run.id))
 
 
-def test_a_stopped_and_resumed_curriculum_run_equals_an_uninterrupted_one(tmp_path) -> None:
-    ref = _run(tmp_path / "ref")
+@pytest.mark.parametrize("sets", [CURRICULUM, LEARNABILITY], ids=["frontier", "learnability"])
+def test_a_stopped_and_resumed_curriculum_run_equals_an_uninterrupted_one(tmp_path, sets: dict[str, Any]) -> None:
+    ref = _run(tmp_path / "ref", sets=sets)
     weights = [(r["curriculum/level_1_weight"], r["curriculum/unlocked_levels"]) for r in ref.history]
     assert len(set(weights)) > 1  # the mix changed during the run, so the state matters
-    _run(tmp_path / "b", stop_after=2)
-    _run(tmp_path / "b", resume=True)
+    _run(tmp_path / "b", stop_after=2, sets=sets)
+    _run(tmp_path / "b", resume=True, sets=sets)
     assert _strip(read_metrics(tmp_path / "b")) == _strip(read_metrics(tmp_path / "ref"))
     assert _trained_tasks(tmp_path / "b") == _trained_tasks(tmp_path / "ref")
 

@@ -144,7 +144,21 @@ class CurriculumConfig(_Cfg):
         default=0.5, gt=0.0, le=1.0, description="a level whose rolling pass rate reaches this unlocks the next"
     )
     keep_share: float = Field(
-        default=0.2, ge=0.0, lt=1.0, description="share of draws spread evenly over the levels already passed"
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="share of draws spread evenly over the levels already passed (weighting learnability: over "
+        "every unlocked level)",
+    )
+    start_unlocked: int = Field(
+        default=1,
+        ge=1,
+        description="levels unlocked at the start, lowest first (a policy that has imitated every level: all)",
+    )
+    weighting: Literal["frontier", "learnability"] = Field(
+        default="frontier",
+        description="level weights: frontier = the newest unlocked level gets 1 - keep_share; learnability = each "
+        "unlocked level by p(1-p) of its rolling pass rate p (the GRPO groups with signal), keep_share spread evenly",
     )
     mixed_weight: float = Field(
         default=2.0, ge=0.0, description="weight of a task whose last group had some successes, not all (unseen: 1)"

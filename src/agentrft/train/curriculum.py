@@ -5,13 +5,18 @@
 * `ShuffledTasks` — the tasks in one seeded shuffle per epoch (`stages.next_tasks`); it learns nothing.
 * `Curriculum` (``rollout.curriculum.enabled``) — tasks carry their level in ``task.data["level"]``
   (finqa-lite does; ``finqa-lite:1,2,3,4`` trains on all four). Levels unlock in order: the first
-  at the start, the next when the newest unlocked level's rolling pass rate (its last ``window``
-  graded episodes, at least ``min_episodes`` of them) reaches ``promote_at``. Each draw picks a
-  level by weight, then a task of that level by weight:
+  ``start_unlocked`` (default 1) at the start, the next when the newest unlocked level's rolling
+  pass rate (its last ``window`` graded episodes, at least ``min_episodes`` of them) reaches
+  ``promote_at``. Each draw picks a level by weight, then a task of that level by weight:
 
-  * level weights: the newest unlocked level (the frontier) gets ``1 - keep_share``, the levels
-    already passed share ``keep_share`` evenly (the frontier gets 1 while it is the only one);
-    locked levels get 0;
+  * level weights (``weighting``): ``frontier`` (the default) gives the newest unlocked level
+    ``1 - keep_share`` and the levels already passed share ``keep_share`` evenly (the frontier
+    gets 1 while it is the only one); ``learnability`` gives each unlocked level
+    ``(1 - keep_share) * s_L / sum(s) + keep_share / n_unlocked`` with ``s_L = p_L (1 - p_L)`` of its
+    rolling pass rate (0.25, the most, until ``min_episodes`` are measured): the levels whose
+    groups are most often mixed, where GRPO has signal, get the most draws, and none goes below
+    ``keep_share / n_unlocked``; locked levels get 0. A policy that has imitated every level starts
+    with all of them unlocked (the agentic recipe's RL: ``start_unlocked`` 4, ``learnability``);
   * task weights: 1 for a task not yet played, ``mixed_weight`` when its last group had some
     successes but not all (the groups GRPO learns from), ``flat_weight`` when it all passed or
     all failed;
@@ -102,7 +107,7 @@ class Curriculum:
             self.by_level.setdefault(task_level(t), []).append(t)
         self.levels = sorted(self.by_level)
         self.level_of = {t.id: task_level(t) for t in tasks}
-        self.unlocked = 1
+        self.unlocked = min(cfg.start_unlocked, len(self.levels))
         self.recent: dict[int, list[int]] = {lv: [] for lv in self.levels}
         self.task_success: dict[str, float] = {}
         if state is not None:
@@ -117,11 +122,26 @@ class Curriculum:
         if len(unlocked) == 1:
             out[unlocked[0]] = 1.0
             return out
+        if self.cfg.weighting == "learnability":
+            signal = {lv: self.learnability(lv) for lv in unlocked}
+            total = sum(signal.values())
+            for lv in unlocked:
+                by_signal = signal[lv] / total if total > 0 else 1.0 / len(unlocked)
+                out[lv] = (1.0 - self.cfg.keep_share) * by_signal + self.cfg.keep_share / len(unlocked)
+            return out
         *passed, frontier = unlocked
         out[frontier] = 1.0 - self.cfg.keep_share
         for lv in passed:
             out[lv] = self.cfg.keep_share / len(passed)
         return out
+
+    def learnability(self, level: int) -> float:
+        """p(1-p) of the level's rolling pass rate p: the expected share of a group's episodes whose outcome
+        differs from the group's mean, GRPO's signal; 0.25 (the most) until ``min_episodes`` are measured."""
+        rate = self.pass_rate(level)
+        if rate is None or len(self.recent[level]) < self.cfg.min_episodes:
+            return 0.25
+        return rate * (1.0 - rate)
 
     def task_weight(self, task: Task) -> float:
         rate = self.task_success.get(task.id)

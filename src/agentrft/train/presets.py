@@ -109,14 +109,17 @@ _AGENTIC_IMITATION_LATE: dict[str, Any] = {
 # credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
 _AGENTIC_RL: dict[str, Any] = {
     **_DEMO,
-    "steps": 8,
-    # Levels 1-3: a level-4 episode of the imitated policy runs up to 10 turns of ~2-4k prompt tokens (its held-out
-    # eval: 64 episodes in 31 min), so a curriculum step promoted to level 4 would cost ~10 min of sampling alone,
-    # a quarter of the recipe's 45-minute budget for imitation plus RL. Level 4 is learned from imitation, but
-    # these steps on levels 1-3 alone took it from 0.250 back to 0 (runs/s1, docs/agentic.md): open problem.
+    "steps": 4,
+    # Every level, from the first step: the imitated policy has learned all four, and the steps the reward moves
+    # must see both sides of the turn after a report's calculation (level 3 answers there, level 4 looks up the
+    # second report). RL on levels 1-3 alone rewarded "answer" there and took level 4 from 0.250 to 0 in 8 steps
+    # (runs/s1, docs/agentic.md). The curriculum starts with every level unlocked and weighs each by p(1-p) of its
+    # rolling pass rate (the levels whose groups are mixed, where GRPO has signal), keep_share spread over all.
+    # A level-4 group costs ~100 s of sampling on the 2-core AMX Xeon, so the recipe's budget (45 minutes for
+    # imitation plus RL, imitation ~33) holds about 4 steps.
     "policy": {**_DEMO["policy"], "sampler_precision": "auto"},
     "rollout": {
-        "env": "finqa-lite:1,2,3",
+        "env": AGENTIC_ENV,
         "tasks_per_step": 4,
         "group_size": 8,
         "temperature": 0.7,
@@ -135,7 +138,15 @@ _AGENTIC_RL: dict[str, Any] = {
             },
             "calculate_output": "answer + 0.2 * max(process, 0)",
         },
-        "curriculum": {"enabled": True, "window": 32, "min_episodes": 16, "promote_at": 0.6, "keep_share": 0.3},
+        "curriculum": {
+            "enabled": True,
+            "window": 32,
+            "min_episodes": 16,
+            "promote_at": 0.6,
+            "keep_share": 0.3,
+            "start_unlocked": 4,
+            "weighting": "learnability",
+        },
     },
     "algorithm": {**_DEMO["algorithm"], "turn_level": True, "turn_weight": 0.5},
     # A level-3 group is 8 episodes of ~2.4k tokens sharing a ~1.5k-token prompt: the tree's 2048-token rows hold
