@@ -118,6 +118,35 @@ def test_wrong_calls_are_hand_checked_turn_by_turn(env, tokenizer, tmp_path) -> 
     assert combined.sub_rewards == {"answer": 0.0, "process": pytest.approx(0.5 / 3, abs=1e-15)}
 
 
+def test_answer_when_done_pays_the_answer_after_every_milestone_and_not_before(env, tokenizer, tmp_path) -> None:
+    spec = {**PROCESS, "answer_when_done": 1.0}
+    # the expert's level-3 episode: search, open, calculate (each +1), then the answer: +1 (every milestone reached)
+    l3 = _task(env, 3)
+    traj = play_and_store(env, OracleSampler(env.expert(), tokenizer), l3, tmp_path / "a.db")
+    grade = grade_trajectory(load_grader(spec), traj, l3.data)
+    assert grade.turn_rewards == pytest.approx([1.0, 1.0, 1.0, 1.0], abs=1e-12)
+    assert grade.reward == pytest.approx(1.0, abs=1e-12)  # the total counts the answer's milestone too
+    # the expert's level-4 episode answers after the difference, its last call: +1 there
+    l4 = _task(env, 4)
+    traj = play_and_store(env, OracleSampler(env.expert(), tokenizer), l4, tmp_path / "b.db")
+    grade = grade_trajectory(load_grader(spec), traj, l4.data)
+    assert grade.turn_rewards == pytest.approx([1.0, 1.0, 0.5, 1.0, 1.0, 0.5, 0.0, 1.0], abs=1e-12)
+    # a level-4 episode that answers after the first report's part (level 3's pattern): its answer earns nothing
+    d = l4.data
+    first, _ = report_programs(d)
+    company, year = d["companies"][0], d["years"][0]
+    texts = [
+        f'<search>{{"query": "{company} {year}"}}</search>',  # lists the first gold report: +1
+        f'<open>{{"doc_id": "{d["doc_ids"][0]}"}}</open>',  # its figures: +1
+        f"<calculate>{first}</calculate>",  # half the gold figures: +0.5
+        "The answer is 1.",  # not done (the second report is never reached): 0
+    ]
+    traj = play_and_store(env, OracleSampler(Script(texts), tokenizer), l4, tmp_path / "c.db")
+    grade = grade_trajectory(load_grader(spec), traj, d)
+    assert grade.turn_rewards == pytest.approx([1.0, 1.0, 0.5, 0.0], abs=1e-12)
+    assert grade.reward == pytest.approx(2.5 / 6, abs=1e-12)  # 2 x (1 + 1) + 1 + 1
+
+
 def test_a_gold_figure_pays_once_whichever_calculation_writes_it(env, tokenizer, tmp_path) -> None:
     task = _task(env, 4)  # subtract(a, b), divide(#0, b), subtract(c, d), divide(#2, d), subtract(#1, #3)
     first, second = report_programs(task.data)

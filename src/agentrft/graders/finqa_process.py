@@ -18,9 +18,13 @@ A level-4 episode may calculate each report's part on its own, then their differ
 with the parts' results, no gold figure) for nothing. Every milestone pays once, by shares, so repeating a
 good call earns nothing and a long episode
 cannot collect more than a short one that reaches the same milestones; the final-answer turn
-earns `answer_turn` (the outcome is the outcome grader's). The scalar reward is the sum of the
-turn rewards divided by the milestones' total (`retrieved` + `opened` per gold report, plus
-`calculation`): 1.0 when every milestone is reached without a penalty. Use it alone, or beside
+earns `answer_turn` (the outcome is the outcome grader's), and the first one after every milestone is
+reached earns `answer_when_done` besides: the turn after a report's calculation is where level 3 answers and
+level 4 goes on to its second report, and without this credit only level 4's side of that decision is paid
+(the second report's search), so RL on both pushed every level towards going on (docs/agentic.md). The
+scalar reward is the sum of the turn rewards divided by the milestones' total (`retrieved` + `opened` per
+gold report, plus `calculation` and `answer_when_done`): 1.0 when every milestone is reached without a
+penalty and the answer follows. Use it alone, or beside
 the outcome grader in `multi` (whose turn rewards are summed) with ``algorithm.turn_level``.
 """
 
@@ -49,7 +53,13 @@ class FinqaProcessSpec(SpecBase):
     calculation: float = Field(default=1.0, ge=0, description="a calculation on the gold figures (by share)")
     malformed: float = Field(default=-1.0, le=0, description="per malformed call")
     tool_error: float = Field(default=-0.5, le=0, description="per other failed call")
-    answer_turn: float = 0.0
+    answer_turn: float = Field(default=0.0, description="every turn without a tool call (the final answer's)")
+    answer_when_done: float = Field(
+        default=0.0,
+        ge=0,
+        description="the first turn without a tool call once every milestone is reached: answering when the work is "
+        "done, and not before (level 3 answers after its report's calculation, level 4 goes on to the second report)",
+    )
 
 
 def expression_figures(expression: str) -> set[float]:
@@ -83,7 +93,14 @@ class _Milestones:
 
     @property
     def total(self) -> float:
-        return len(self.reports) * (self.spec.retrieved + self.spec.opened) + self.spec.calculation
+        s = self.spec
+        return len(self.reports) * (s.retrieved + s.opened) + s.calculation + s.answer_when_done
+
+    @property
+    def done(self) -> bool:
+        """Every milestone reached: each gold report listed and all its figures shown, every gold figure written."""
+        shown = all(self.shown[d] >= figures for d, figures in self.reports.items())
+        return self.retrieved == set(self.reports) and shown and self.written >= self.all_figures
 
     def reward(self, e: ToolCallEvent) -> float:
         s = self.spec
@@ -141,13 +158,18 @@ class FinqaProcessGrader(Grader):
             raise GraderFailure("sample_parse_error", f"{self.name} needs a trajectory (tool calls), got a sample")
         milestones = _Milestones(item, self.spec)
         turns = [0.0] * turn_count(traj)
-        tool_turns: set[int] = set()
+        calls: dict[int, list[ToolCallEvent]] = {}
         for e in traj.tool_calls:
-            turns[e.turn] += milestones.reward(e)
-            tool_turns.add(e.turn)
-        for k in range(len(turns)):
-            if k not in tool_turns:
-                turns[k] = self.spec.answer_turn
+            calls.setdefault(e.turn, []).append(e)
+        paid_done = False
+        for k in range(len(turns)):  # in turn order, so "done" is what the turns before k reached
+            if k in calls:
+                turns[k] = sum(milestones.reward(e) for e in calls[k])
+                continue
+            turns[k] = self.spec.answer_turn
+            if milestones.done and not paid_done:
+                turns[k] += self.spec.answer_when_done
+                paid_done = True
         value = sum(turns) / milestones.total if milestones.total > 0 else 0.0
         detail = {"retrieved": sorted(milestones.retrieved), "calculated_share": milestones.calculated}
         return Score(value, turn_rewards=turns, metadata={"milestones": detail})
