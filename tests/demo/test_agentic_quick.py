@@ -37,7 +37,10 @@ def test_overrides_go_to_their_stage_and_bad_ones_fail_before_anything_loads(tmp
     assert replayed.steps == -(-(no_replay[4] + 24) // 8) and replayed.data.runs == ["demos-late"]
     assert rl.rollout.curriculum.enabled and rl.algorithm.turn_level
     # RL sees every level from its first step (on levels 1-3 alone it unlearned level 4: docs/agentic.md)
-    assert (rl.rollout.curriculum.start_unlocked, rl.rollout.curriculum.weighting) == (4, "learnability")
+    cur = rl.rollout.curriculum
+    assert (cur.start_unlocked, cur.weighting, cur.stratified) == (4, "learnability", True)
+    # each step holds every level's share, and the answer after the work is done is credited (level 3's side)
+    assert rl.rollout.grader["graders"]["process"]["answer_when_done"] == 1.0
     # every stage on the trained prompt (zero-shot by default), unless a stage's own override says otherwise
     assert (sft.rollout.env, late.rollout.env, rl.rollout.env) == (
         "finqa-lite:1,2,3,4?shots=0",

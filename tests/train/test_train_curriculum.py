@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from agentrft.inputs import InputError
 from agentrft.train import train
 from agentrft.train.config import ConfigError, CurriculumConfig
-from agentrft.train.curriculum import Curriculum, ShuffledTasks
+from agentrft.train.curriculum import Curriculum, ShuffledTasks, stratified_levels
 from agentrft.train.metrics import is_timing_key, read_metrics
 from agentrft.train.stages import next_tasks
 from agentrft.types import Grade, Message, Task, Trajectory
@@ -128,6 +129,39 @@ def test_a_draw_keeps_to_unlocked_levels_repeats_no_task_and_is_a_function_of_se
     ]
 
 
+def test_stratified_levels_give_each_level_its_floor_and_the_remainder_by_fractions() -> None:
+    rng = random.Random(0)
+    # n x weight = 0.3, 1.233, 1.233, 1.233: one each of levels 2-4, the fourth draw by fractions .3 : .233 x 3
+    weights = {1: 0.075, 2: 0.925 / 3, 3: 0.925 / 3, 4: 0.925 / 3}
+    draws = [stratified_levels(weights, 4, rng) for _ in range(3000)]
+    assert all(len(d) == 4 and {2, 3, 4} <= set(d) and max(Counter(d).values()) <= 2 for d in draws)
+    extra = Counter(lv for d in draws for lv, k in Counter(d).items() if k == 2 or lv == 1)
+    total = sum(extra.values())
+    assert total == 3000  # exactly one draw beyond the floors
+    for lv, w in weights.items():
+        share = 4 * w - (lv != 1)  # the fraction left over the floor (the fractions sum to the one draw left)
+        assert extra[lv] / total == pytest.approx(share, abs=0.03)  # drawn in proportion to the fractions
+    assert Counter(stratified_levels({1: 0.5, 2: 0.5, 3: 0.0}, 6, rng)) == {1: 3, 2: 3}  # exact quotas, no zero level
+    assert sorted(stratified_levels({1: 1 / 3, 2: 1 / 3, 3: 1 / 3}, 3, rng)) == [1, 2, 3]  # 3 x (1/3) is not < 1
+
+
+def test_stratified_draws_hold_every_level_weighted_one_in_n_in_every_step() -> None:
+    cfg = CFG.model_copy(update={"start_unlocked": 4, "weighting": "learnability", "keep_share": 0.3})
+    tasks = _tasks(levels=(1, 2, 3, 4))
+    plain = Curriculum(tasks, cfg, seed=1)
+    strat = Curriculum(tasks, cfg.model_copy(update={"stratified": True}), seed=1)
+    for c in (plain, strat):
+        c.observe(_group("L1-0", [True] * 4))  # level 1 all-pass: 0.075; levels 2-4 unmeasured: 0.3083 each
+    assert strat.level_weights() == plain.level_weights()
+    levels = [[int(t.id[1]) for t in c.draw(cursor, 4)] for c in (plain, strat) for cursor in range(200)]
+    plain_steps, strat_steps = levels[:200], levels[200:]
+    assert all({2, 3, 4} <= set(step) for step in strat_steps)
+    assert sum(not {3, 4} <= set(step) for step in plain_steps) > 40  # independent draws miss one often (~44%)
+    assert [t.id for t in strat.draw(3, 4)] == [
+        t.id for t in Curriculum(tasks, strat.cfg, 1, strat.state_dict()).draw(3, 4)
+    ]
+
+
 def test_tasks_without_a_level_or_a_checkpoint_of_other_levels_are_refused() -> None:
     with pytest.raises(InputError, match="no integer data.level"):
         Curriculum([Task(id="t", messages=[], data={"i": 1})], CFG, seed=0)
@@ -175,6 +209,7 @@ CURRICULUM = {
 
 
 LEARNABILITY = {**CURRICULUM, "rollout.curriculum.weighting": "learnability", "rollout.curriculum.start_unlocked": 2}
+STRATIFIED = {**LEARNABILITY, "rollout.curriculum.stratified": "true"}
 
 
 def _run(run_dir: Any, resume: bool = False, stop_after: int | None = None, sets: dict[str, Any] = CURRICULUM) -> Any:
@@ -193,7 +228,7 @@ def _trained_tasks(run_dir: Any) -> list[tuple[str, int]]:
         return sorted((t.task_id, t.policy_version) for t in s.query_trajectories(run_id=run.id))
 
 
-@pytest.mark.parametrize("sets", [CURRICULUM, LEARNABILITY], ids=["frontier", "learnability"])
+@pytest.mark.parametrize("sets", [CURRICULUM, LEARNABILITY, STRATIFIED], ids=["frontier", "learnability", "stratified"])
 def test_a_stopped_and_resumed_curriculum_run_equals_an_uninterrupted_one(tmp_path, sets: dict[str, Any]) -> None:
     ref = _run(tmp_path / "ref", sets=sets)
     weights = [(r["curriculum/level_1_weight"], r["curriculum/unlocked_levels"]) for r in ref.history]

@@ -160,6 +160,11 @@ class CurriculumConfig(_Cfg):
         description="level weights: frontier = the newest unlocked level gets 1 - keep_share; learnability = each "
         "unlocked level by p(1-p) of its rolling pass rate p (the GRPO groups with signal), keep_share spread evenly",
     )
+    stratified: bool = Field(
+        default=False,
+        description="each step's draws hold every level its weight's share of them (floor of n x weight, the rest "
+        "drawn by the fractions left) instead of n independent draws; a level weighted >= 1/n is in every step",
+    )
     mixed_weight: float = Field(
         default=2.0, ge=0.0, description="weight of a task whose last group had some successes, not all (unseen: 1)"
     )

@@ -17,6 +17,10 @@
     groups are most often mixed, where GRPO has signal, get the most draws, and none goes below
     ``keep_share / n_unlocked``; locked levels get 0. A policy that has imitated every level starts
     with all of them unlocked (the agentic recipe's RL: ``start_unlocked`` 4, ``learnability``);
+  * ``stratified``: a step's ``n`` draws give each level ``floor(n * weight)`` of them and the remaining
+    draws go to distinct levels drawn by the fractions left, in a seeded shuffle; so every level weighted
+    at least ``1/n`` is in every step, where independent draws leave it out of ``(1 - w)^n`` of them (a
+    step's update must see the levels whose decisions it moves together: docs/agentic.md);
   * task weights: 1 for a task not yet played, ``mixed_weight`` when its last group had some
     successes but not all (the groups GRPO learns from), ``flat_weight`` when it all passed or
     all failed;
@@ -159,10 +163,13 @@ class Curriculum:
         rng = random.Random(f"curriculum:{self.seed}:{cursor}")  # str seeds hash the same on every machine
         weights = self.level_weights()
         levels = [lv for lv in self.levels if weights[lv] > 0]
+        if self.cfg.stratified:
+            drawn = stratified_levels(weights, n, rng)
+        else:
+            drawn = [rng.choices(levels, weights=[weights[lv] for lv in levels])[0] for _ in range(n)]
         taken: set[str] = set()
         out: list[Task] = []
-        for _ in range(n):
-            level = rng.choices(levels, weights=[weights[lv] for lv in levels])[0]
+        for level in drawn:
             pool = [t for t in self.by_level[level] if t.id not in taken] or self.by_level[level]
             task_weights = [self.task_weight(t) for t in pool]
             if sum(task_weights) <= 0:  # every task weighted 0 (flat_weight 0, all flat): uniform
@@ -215,6 +222,21 @@ class Curriculum:
         self.unlocked = int(state["unlocked"])
         self.recent = recent
         self.task_success = {str(k): float(v) for k, v in state["task_success"].items()}
+
+
+def stratified_levels(weights: dict[int, float], n: int, rng: random.Random) -> list[int]:
+    """``n`` levels, each ``floor(n * weight)`` times and the rest one each to levels drawn without replacement
+    by their fractional parts, shuffled (weights sum to 1)."""
+    quota = {lv: n * w for lv, w in weights.items() if w > 0}
+    out = [lv for lv, q in quota.items() for _ in range(int(q + 1e-9))]
+    frac = {lv: max(q - int(q + 1e-9), 0.0) for lv, q in quota.items()}
+    while len(out) < n:
+        pool = [lv for lv, f in frac.items() if f > 0] or list(quota)  # float rounding left no fraction: any level
+        level = rng.choices(pool, weights=[frac.get(lv, 0.0) or 1.0 for lv in pool])[0]
+        frac[level] = 0.0
+        out.append(level)
+    rng.shuffle(out)
+    return out
 
 
 def task_source(tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None) -> TaskSource:

@@ -114,7 +114,11 @@ _AGENTIC_RL: dict[str, Any] = {
     # must see both sides of the turn after a report's calculation (level 3 answers there, level 4 looks up the
     # second report). RL on levels 1-3 alone rewarded "answer" there and took level 4 from 0.250 to 0 in 8 steps
     # (runs/s1, docs/agentic.md). The curriculum starts with every level unlocked and weighs each by p(1-p) of its
-    # rolling pass rate (the levels whose groups are mixed, where GRPO has signal), keep_share spread over all.
+    # rolling pass rate (the levels whose groups are mixed, where GRPO has signal), keep_share spread over all,
+    # and stratified: each step holds every level its share of the 4 tasks, so no update moves level 3's side of
+    # that turn without level 4's (independent draws left one of the two out of ~44% of steps; on the Zen 2 box
+    # 4 such steps took level 3's P(answer there) to 0.02: docs/agentic.md). The process grader pays the answer
+    # once every milestone is reached (`answer_when_done`), so level 3's side of that turn is credited too.
     # A level-4 group costs ~100 s of sampling on the 2-core AMX Xeon, so the recipe's budget (45 minutes for
     # imitation plus RL, imitation ~33) holds about 4 steps.
     "policy": {**_DEMO["policy"], "sampler_precision": "auto"},
@@ -134,7 +138,7 @@ _AGENTIC_RL: dict[str, Any] = {
                     "reference": "{{ item.answer }}",
                     "rel_tol": 0.01,
                 },
-                "process": {"type": "finqa_process"},
+                "process": {"type": "finqa_process", "answer_when_done": 1.0},
             },
             "calculate_output": "answer + 0.2 * max(process, 0)",
         },
@@ -146,6 +150,7 @@ _AGENTIC_RL: dict[str, Any] = {
             "keep_share": 0.3,
             "start_unlocked": 4,
             "weighting": "learnability",
+            "stratified": True,
         },
     },
     "algorithm": {**_DEMO["algorithm"], "turn_level": True, "turn_weight": 0.5},
