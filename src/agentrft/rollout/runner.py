@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -148,9 +149,17 @@ class Runner:
         return traj
 
     async def run(
-        self, tasks: list[Task], samples_per_task: int, *, run_id: str = "", policy_version: int | None = None
+        self,
+        tasks: list[Task],
+        samples_per_task: int,
+        *,
+        run_id: str = "",
+        policy_version: int | None = None,
+        group_ids: Mapping[str, str] | None = None,
     ) -> list[Trajectory]:
-        """Play every task `samples_per_task` times; return the finished trajectories in task, sample order."""
+        """Play every task `samples_per_task` times; return the finished trajectories in task, sample order.
+        ``group_ids`` (task id -> group id) joins a task's episodes to a group played before (a new one each
+        task otherwise)."""
         if samples_per_task < 1:
             raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
         self.stats = RunStats()
@@ -158,7 +167,7 @@ class Runner:
         total = len(tasks) * samples_per_task
         playing = self.player.running() if self.player is not None else contextlib.nullcontext()
         async with playing:
-            return await self._run(tasks, samples_per_task, gate, total, run_id, policy_version)
+            return await self._run(tasks, samples_per_task, gate, total, run_id, policy_version, group_ids or {})
 
     async def _run(
         self,
@@ -168,11 +177,12 @@ class Runner:
         total: int,
         run_id: str,
         policy_version: int | None,
+        group_ids: Mapping[str, str],
     ) -> list[Trajectory]:
         with _Progress(self.progress, total, self.stats) as bar:
             jobs: list[asyncio.Task[Trajectory]] = []
             for task in tasks:
-                group_id = new_id()
+                group_id = group_ids.get(task.id) or new_id()
                 jobs += [
                     asyncio.create_task(self._episode(task, group_id, run_id, policy_version, gate, bar.tick))
                     for _ in range(samples_per_task)

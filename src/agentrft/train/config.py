@@ -196,6 +196,13 @@ class RolloutConfig(_Cfg):
     curriculum: CurriculumConfig = Field(
         default_factory=CurriculumConfig, description="draw tasks across levels by pass rate (grpo, synchronous)"
     )
+    expert_per_group: int = Field(
+        default=0,
+        ge=0,
+        description="guided groups: this many of each group's group_size episodes are the environment's expert "
+        "(Environment.expert()) playing the task through the same loop, graded and trained with the policy's "
+        "(train/stages.py); 0 = none",
+    )
 
 
 class OverlongConfig(_Cfg):
@@ -428,6 +435,19 @@ class TrainConfig(_Cfg):
                     "rollout.curriculum: not available with asynchronous rollouts yet (async.max_staleness, ray): "
                     "the pipeline replays a draw by its index, and a curriculum's draw depends on the pass rates "
                     "measured when it was made"
+                )
+        k = self.rollout.expert_per_group
+        if k:
+            if self.method != "grpo":
+                raise ValueError(f"rollout.expert_per_group: guided groups are GRPO's, not {self.method}'s")
+            if self.async_.max_staleness or self.ray.on or self.agent is not None:
+                raise ValueError(
+                    "rollout.expert_per_group: guided groups are for the synchronous in-process loop (no "
+                    "async.max_staleness, ray or agent): the expert's tokens carry no sampler log-probs to correct by"
+                )
+            if k >= self.rollout.group_size:
+                raise ValueError(
+                    f"rollout.expert_per_group: {k} of a group of {self.rollout.group_size} leaves no policy episode"
                 )
         if self.method == "rejection_sampling":
             if self.data.source is not None:

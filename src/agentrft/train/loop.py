@@ -26,8 +26,9 @@ from typing import Any
 from agentrft.envs.base import Environment
 from agentrft.eval.harness import evaluate_async
 from agentrft.graders import Grader
+from agentrft.inputs import InputError
 from agentrft.memory import trim
-from agentrft.samplers.base import SamplingParams, TrainablePolicy
+from agentrft.samplers.base import SamplingParams, TokenSampler, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
 from agentrft.train.curriculum import task_source
@@ -64,6 +65,7 @@ class Components:
     sampler: TrainablePolicy
     grader: Grader
     store: Store | None = None
+    expert: TokenSampler | None = None  # the environment's expert, for rollout.expert_per_group
 
 
 @dataclass
@@ -84,8 +86,19 @@ def build_components(cfg: TrainConfig, run_dir: Path) -> Components:
     grader = load_grader(cfg.rollout.grader or env.grader_spec())  # a bad spec fails before the model loads
     if cfg.rollout.curriculum.enabled:  # so do training tasks without levels
         task_source(env.tasks(cfg.rollout.split), cfg.rollout.curriculum, cfg.seed, None)
+    expert = env.expert() if cfg.rollout.expert_per_group else None
+    if cfg.rollout.expert_per_group and expert is None:
+        raise InputError(
+            f"rollout.expert_per_group: environment {env.name!r} has no expert that solves its tasks "
+            "(Environment.expert(); finqa-lite has one)"
+        )
     policy = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
-    return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME))
+    oracle = None
+    if expert is not None:
+        from agentrft.samplers.oracle import OracleSampler
+
+        oracle = OracleSampler(expert, policy.tokenizer, policy="oracle")
+    return Components(env, policy, grader, Store(run_dir / RUN_STORE_NAME), expert=oracle)
 
 
 def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -> dict[str, float]:
@@ -251,13 +264,14 @@ def _grpo_step(
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
     source = task_source(tasks, cfg.rollout.curriculum, cfg.seed, state.extra.get("curriculum"))
     runner = train_runner(cfg, comps.env, policy, comps.store)
+    expert = None if comps.expert is None else train_runner(cfg, comps.env, comps.expert, comps.store)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
 
     def step_fn(step: int) -> dict[str, float]:
         policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
         model.eval()  # sampling: no dropout
         groups, state.cursor, metrics = collect_stage(
-            cfg, runner, source, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store
+            cfg, runner, source, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store, expert
         )
         curriculum = source.state_dict()
         if curriculum is not None:  # checkpointed with the cursor: a resumed run draws the same

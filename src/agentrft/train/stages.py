@@ -113,6 +113,46 @@ def rollout_stage(
     return asyncio.run(runner.run(tasks, group_size, run_id=run_id, policy_version=policy_version))
 
 
+def is_expert(t: Trajectory) -> bool:
+    """An episode the environment's expert played into a policy group (``rollout.expert_per_group``)."""
+    return bool(t.metadata.get("expert"))
+
+
+def guided_rollout_stage(
+    runner: Runner,
+    expert: Runner | None,
+    tasks: list[Task],
+    group_size: int,
+    expert_per_group: int,
+    run_id: str,
+    policy_version: int,
+    store: Store | None,
+) -> list[Trajectory]:
+    """`rollout_stage`, with ``expert_per_group`` of each group's ``group_size`` episodes played by the
+    environment's expert (`expert`, an oracle runner) into the same group: guided groups.
+
+    Where a task's policy episodes all fail, or all take the same wrong turn, the group has no signal; an expert
+    episode in it is a success the group is normalised with, so its tokens get a positive advantage and the
+    policy's failures a negative one (off-policy guidance, as LUFFY, Yan et al., arXiv 2504.14945, mixes
+    expert traces into GRPO groups). The expert writes through the policy's own chat template and tool format,
+    so its token record is what the policy would have had to sample; its tokens train like the policy's
+    (synchronous loop: the ratio's denominator is the trainer's own log-prob, so there is no sampler log-prob to
+    correct by, and the config refuses asynchronous rollouts). Expert episodes are flagged ``metadata.expert``
+    and kept out of the pass rates the curriculum and the metrics report (`collect_stage`)."""
+    trajs = rollout_stage(runner, tasks, group_size - expert_per_group, run_id, policy_version)
+    if expert is None or not expert_per_group:
+        return trajs
+    groups = {t.task_id: t.group_id for t in trajs}
+    guided = asyncio.run(
+        expert.run(tasks, expert_per_group, run_id=run_id, policy_version=policy_version, group_ids=groups)
+    )
+    for t in guided:
+        t.metadata["expert"] = True
+    if store is not None:
+        store.update_metadata({t.id: {"expert": True} for t in guided})
+    return trajs + guided
+
+
 def grade_stage(trajs: list[Trajectory], tasks_by_id: dict[str, Task], grader: Grader, store: Store | None) -> None:
     """Attach a Grade to every trajectory through `graders.agrade_trajectories` (the one grading path:
     a crashing grader gives a flagged Grade), and store it."""
@@ -202,13 +242,17 @@ def collect_stage(
     policy_version: int,
     grader: Grader,
     store: Store | None,
+    expert: Runner | None = None,
 ) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
     """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds). Tasks
-    come from ``source`` (`train/curriculum.py`), which sees every graded episode before the next round draws.
+    come from ``source`` (`train/curriculum.py`), which sees every graded policy episode before the next round
+    draws; with ``rollout.expert_per_group``, `expert` plays that many of each group (`guided_rollout_stage`).
 
     Returns (groups to train on, new task cursor, metrics incl. sampling/grading seconds and exclusions).
     """
     r, ds = cfg.rollout, cfg.algorithm.dynamic_sampling
+    if r.expert_per_group and expert is None:
+        raise ValueError("rollout.expert_per_group: the loop was given no expert to play guided episodes")
     kept = Filtered()
     all_trajs: list[Trajectory] = []
     t_sample = t_grade = 0.0
@@ -218,10 +262,12 @@ def collect_stage(
         batch = source.draw(cursor, r.tasks_per_step - len(kept.groups))
         cursor += len(batch)
         t0 = time.perf_counter()
-        trajs = rollout_stage(runner, batch, r.group_size, run_id, policy_version)
+        trajs = guided_rollout_stage(
+            runner, expert, batch, r.group_size, r.expert_per_group, run_id, policy_version, store
+        )
         t1 = time.perf_counter()
         grade_stage(trajs, {t.id: t for t in batch}, grader, store)
-        source.observe(trajs)
+        source.observe([t for t in trajs if not is_expert(t)])  # the policy's pass rates, not the expert's
         t_sample += t1 - t0
         t_grade += time.perf_counter() - t1
         all_trajs += trajs
@@ -239,7 +285,10 @@ def collect_stage(
         "time/grading_s": t_grade,
         **kept.metrics(),
     }
-    metrics.update(rollout_metrics(all_trajs, "train"))
+    metrics.update(rollout_metrics([t for t in all_trajs if not is_expert(t)], "train"))
+    experts = [t for t in all_trajs if is_expert(t)]
+    if experts:
+        metrics.update(rollout_metrics(experts, "expert"))
     metrics.update(source.metrics())
     return kept.groups, cursor, metrics
 
