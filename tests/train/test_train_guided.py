@@ -74,6 +74,8 @@ def test_guided_groups_are_refused_where_they_cannot_run(tmp_path, monkeypatch) 
         F.config(**{"rollout.expert_per_group": 3})  # group_size 3
     with pytest.raises(ConfigError, match="synchronous in-process loop"):
         F.config(**{"rollout.expert_per_group": 1, "async.max_staleness": 1})
+    with pytest.raises(ConfigError, match="the expert's have none"):
+        F.config(**{"rollout.expert_per_group": 1, "algorithm.off_policy.correction": "tis"})
     with pytest.raises(ValueError, match="no expert to play guided episodes"):
         _run(tmp_path / "none", expert=False)
 
@@ -121,3 +123,4 @@ def test_finqa_lites_expert_guides_a_grpo_step_of_the_tiny_model(tmp_path) -> No
     assert expert.untrainable_reason() is None and expert.metadata["trained_step"] == 1
     row = read_metrics(tmp_path / "run")[0]
     assert row["expert_success_rate"] == 1.0 and row["train_episodes"] == 1.0
+    assert row["sampler_logprob_gap_max"] < 1e-3  # the policy's tokens alone (the oracle's "logprob" 0 is not one)

@@ -445,6 +445,11 @@ class TrainConfig(_Cfg):
                     "rollout.expert_per_group: guided groups are for the synchronous in-process loop (no "
                     "async.max_staleness, ray or agent): the expert's tokens carry no sampler log-probs to correct by"
                 )
+            if self.off_policy_correction() != "none":
+                raise ValueError(
+                    "rollout.expert_per_group: an off-policy correction weighs tokens by their sampler log-probs, "
+                    "and the expert's have none (algorithm.off_policy.correction: none or auto)"
+                )
             if k >= self.rollout.group_size:
                 raise ValueError(
                     f"rollout.expert_per_group: {k} of a group of {self.rollout.group_size} leaves no policy episode"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 import time
 from collections import Counter
@@ -137,7 +138,8 @@ def guided_rollout_stage(
     expert traces into GRPO groups). The expert writes through the policy's own chat template and tool format,
     so its token record is what the policy would have had to sample; its tokens train like the policy's
     (synchronous loop: the ratio's denominator is the trainer's own log-prob, so there is no sampler log-prob to
-    correct by, and the config refuses asynchronous rollouts). Expert episodes are flagged ``metadata.expert``
+    correct by, and the config refuses asynchronous rollouts and an off-policy correction; the in-memory record's
+    sampler log-probs are NaN, so the trainer's sampler gap leaves them out). Expert episodes are flagged ``metadata.expert``
     and kept out of the pass rates the curriculum and the metrics report (`collect_stage`)."""
     trajs = rollout_stage(runner, tasks, group_size - expert_per_group, run_id, policy_version)
     if expert is None or not expert_per_group:
@@ -148,6 +150,8 @@ def guided_rollout_stage(
     )
     for t in guided:
         t.metadata["expert"] = True
+        if t.tokens is not None:  # no sampler drew these tokens: the trainer's sampler gap leaves them out
+            t.tokens.logprobs = [math.nan] * len(t.tokens.logprobs)
     if store is not None:
         store.update_metadata({t.id: {"expert": True} for t in guided})
     return trajs + guided

@@ -101,8 +101,9 @@ def _ref_logprobs(ref_model: Any, model: Any, mb: MicroBatch, chunk: int, dist: 
 def _sampler_gap(logp: torch.Tensor, mb: MicroBatch) -> tuple[float, float]:
     """(sum, max) over loss tokens of |trainer log-prob - sampler log-prob|: on the first pass of an
     on-policy step this is numerical noise only (bf16 autocast against the sampler's fp32), and a
-    large value means the two do not compute the same distribution."""
-    keep = mb.loss_mask.bool()
+    large value means the two do not compute the same distribution. Tokens with no sampler log-prob (NaN: an
+    expert's, `stages.guided_rollout_stage`) are left out."""
+    keep = mb.loss_mask.bool() & torch.isfinite(mb.sampler_logprobs)
     if not bool(keep.any()):
         return 0.0, 0.0
     gap = (logp.detach().double() - mb.sampler_logprobs.double()).abs()[keep]
