@@ -85,6 +85,22 @@ def test_learnability_weights_follow_p_times_one_minus_p_by_hand() -> None:
     assert c.level_weights() == {lv: pytest.approx(1 / 3) for lv in (1, 2, 3)}
 
 
+def test_guided_groups_keep_signal_on_a_level_the_policy_fails() -> None:
+    cfg = CurriculumConfig(enabled=True, window=4, min_episodes=4, start_unlocked=2, weighting="learnability")
+    plain, guided = Curriculum(_tasks(), cfg, seed=0), Curriculum(_tasks(), cfg, seed=0, guided_share=0.25)
+    for c in (plain, guided):
+        c.observe(_group("L1-0", [False] * 4) + _group("L2-0", [True] * 4))  # the policy fails 1, passes 2
+    assert plain.learnability(1) == 0.0 and plain.learnability(2) == 0.0
+    # a group of 4 with one expert episode: p' = 0.25 + 0.75 p; level 1 p' = 1/4 (s = 3/16), level 2 p' = 1 (s = 0)
+    assert guided.learnability(1) == pytest.approx(3 / 16, abs=1e-12) and guided.learnability(2) == 0.0
+    # level 2's pass rate unlocked level 3 (unmeasured: 1/4); weight 0.8 * s / (3/16 + 0 + 4/16) + 0.2 / 3
+    assert guided.unlocked == 3 and guided.level_weights()[1] == pytest.approx(0.8 * 3 / 7 + 0.2 / 3, abs=1e-12)
+    assert plain.level_weights()[1] == pytest.approx(0.2 / 3, abs=1e-12)  # unguided: the keep share alone
+    by_id = {t.id: t for t in _tasks()}
+    assert (plain.task_weight(by_id["L1-0"]), guided.task_weight(by_id["L1-0"])) == (0.5, 2.0)  # all-fail: mixed
+    assert guided.task_weight(by_id["L2-0"]) == 0.5  # all-pass stays flat
+
+
 def test_learnability_keeps_locked_levels_at_zero_and_start_unlocked_is_capped_and_resumed() -> None:
     cfg = CurriculumConfig(enabled=True, window=4, min_episodes=4, start_unlocked=2, weighting="learnability")
     c = Curriculum(_tasks(), cfg, seed=0)

@@ -15,7 +15,9 @@
     ``(1 - keep_share) * s_L / sum(s) + keep_share / n_unlocked`` with ``s_L = p_L (1 - p_L)`` of its
     rolling pass rate (0.25, the most, until ``min_episodes`` are measured): the levels whose
     groups are most often mixed, where GRPO has signal, get the most draws, and none goes below
-    ``keep_share / n_unlocked``; locked levels get 0. A policy that has imitated every level starts
+    ``keep_share / n_unlocked``; locked levels get 0. With guided groups (``rollout.expert_per_group``
+    k of G) p is the group's expected rate ``k/G + (1 - k/G) p_policy``: a level the policy fails
+    still has the expert's success in every group, and keeps its draws. A policy that has imitated every level starts
     with all of them unlocked (the agentic recipe's RL: ``start_unlocked`` 4, ``learnability``);
   * ``stratified``: a step's ``n`` draws give each level ``floor(n * weight)`` of them and the remaining
     draws go to distinct levels drawn by the fractions left, in a seeded shuffle; so every level weighted
@@ -23,7 +25,7 @@
     step's update must see the levels whose decisions it moves together: docs/agentic.md);
   * task weights: 1 for a task not yet played, ``mixed_weight`` when its last group had some
     successes but not all (the groups GRPO learns from), ``flat_weight`` when it all passed or
-    all failed;
+    all failed (guided: only all passed is flat);
   * a task is drawn at most once per `draw` call while its level has others left.
 
   An episode counts in the pass rates when it has a grade without grader errors and did not end
@@ -101,11 +103,18 @@ class Curriculum:
     """Tasks by level, weighted by measured pass rates (module docstring)."""
 
     def __init__(
-        self, tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None = None
+        self,
+        tasks: Sequence[Task],
+        cfg: CurriculumConfig,
+        seed: int,
+        state: dict[str, Any] | None = None,
+        guided_share: float = 0.0,
     ) -> None:
         if not tasks:
             raise InputError("rollout.curriculum: no training tasks to draw from")
-        self.cfg, self.seed = cfg, seed
+        if not 0.0 <= guided_share < 1.0:
+            raise ValueError(f"guided_share must be in [0, 1), got {guided_share}")
+        self.cfg, self.seed, self.guided_share = cfg, seed, guided_share
         self.by_level: dict[int, list[Task]] = {}
         for t in tasks:
             self.by_level.setdefault(task_level(t), []).append(t)
@@ -145,13 +154,19 @@ class Curriculum:
         rate = self.pass_rate(level)
         if rate is None or len(self.recent[level]) < self.cfg.min_episodes:
             return 0.25
-        return rate * (1.0 - rate)
+        group = self.group_rate(rate)
+        return group * (1.0 - group)
+
+    def group_rate(self, rate: float) -> float:
+        """A group's expected success rate when the policy passes at ``rate``: with guided groups a share
+        ``guided_share`` of it is the expert's (assumed to pass), so a level the policy fails still has signal."""
+        return self.guided_share + (1.0 - self.guided_share) * rate
 
     def task_weight(self, task: Task) -> float:
         rate = self.task_success.get(task.id)
         if rate is None:
             return 1.0
-        return self.cfg.mixed_weight if 0.0 < rate < 1.0 else self.cfg.flat_weight
+        return self.cfg.mixed_weight if 0.0 < self.group_rate(rate) < 1.0 else self.cfg.flat_weight
 
     def pass_rate(self, level: int) -> float | None:
         recent = self.recent[level]
@@ -239,6 +254,9 @@ def stratified_levels(weights: dict[int, float], n: int, rng: random.Random) -> 
     return out
 
 
-def task_source(tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None) -> TaskSource:
-    """The curriculum when enabled (restored from a checkpoint's `state`), else the seeded shuffle."""
-    return Curriculum(tasks, cfg, seed, state) if cfg.enabled else ShuffledTasks(tasks, seed)
+def task_source(
+    tasks: Sequence[Task], cfg: CurriculumConfig, seed: int, state: dict[str, Any] | None, guided_share: float = 0.0
+) -> TaskSource:
+    """The curriculum when enabled (restored from a checkpoint's `state`), else the seeded shuffle;
+    ``guided_share`` = ``rollout.expert_per_group / group_size``."""
+    return Curriculum(tasks, cfg, seed, state, guided_share) if cfg.enabled else ShuffledTasks(tasks, seed)

@@ -262,7 +262,10 @@ def _grpo_step(
     tasks = comps.env.tasks(cfg.rollout.split)
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
-    source = task_source(tasks, cfg.rollout.curriculum, cfg.seed, state.extra.get("curriculum"))
+    r = cfg.rollout
+    source = task_source(
+        tasks, r.curriculum, cfg.seed, state.extra.get("curriculum"), r.expert_per_group / r.group_size
+    )
     runner = train_runner(cfg, comps.env, policy, comps.store)
     expert = None if comps.expert is None else train_runner(cfg, comps.env, comps.expert, comps.store)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
