@@ -119,6 +119,8 @@ _AGENTIC_RL: dict[str, Any] = {
     # that turn without level 4's (independent draws left one of the two out of ~44% of steps; on the Zen 2 box
     # 4 such steps took level 3's P(answer there) to 0.02: docs/agentic.md). The process grader pays the answer
     # once every milestone is reached (`answer_when_done`), so level 3's side of that turn is credited too.
+    # Not enough: with both, 4 steps on the Zen 2 box still took level 3's P(answer there) from 0.75 to 0.0001,
+    # the first step already sending level 3 on to search (docs/agentic.md); RL that keeps level 3 is open.
     # A level-4 group costs ~100 s of sampling on the 2-core AMX Xeon, so the recipe's budget (45 minutes for
     # imitation plus RL, imitation ~33) holds about 4 steps.
     "policy": {**_DEMO["policy"], "sampler_precision": "auto"},
