@@ -15,7 +15,8 @@ pytest.importorskip("uvicorn")
 
 from agentrft.store import Store
 from agentrft.train import ConfigError, train
-from agentrft.train.config import build_config, check_references
+from agentrft.train.config import build_config
+from agentrft.train.config_check import check_references
 from agentrft.train.metrics import read_metrics
 
 AGENT = """

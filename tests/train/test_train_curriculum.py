@@ -11,9 +11,10 @@ import pytest
 
 from agentrft.inputs import InputError
 from agentrft.train import train
-from agentrft.train.config import ConfigError, CurriculumConfig
+from agentrft.train.config import ConfigError
 from agentrft.train.curriculum import Curriculum, ShuffledTasks, stratified_levels
 from agentrft.train.metrics import is_timing_key, read_metrics
+from agentrft.train.rollout_config import CurriculumConfig
 from agentrft.train.stages import next_tasks
 from agentrft.types import Grade, Message, Task, Trajectory
 

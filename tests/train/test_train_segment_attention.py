@@ -11,7 +11,7 @@ from conftest import VOCAB, tiny_llama
 from test_train_shared_prefix import _assert_grads_close, _batch, _seq, _update
 
 from agentrft.train import segment_attention
-from agentrft.train.config import AlgorithmConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import collate, micro_batches
 from agentrft.train.segment_attention import NAME, segmented_attention, suffix_path, use_segment_attention

@@ -18,7 +18,8 @@ from conftest import tiny_llama
 from agentrft.inputs import InputError
 from agentrft.store import Store
 from agentrft.train import train
-from agentrft.train.config import OptimizerConfig, check_references
+from agentrft.train.config import OptimizerConfig
+from agentrft.train.config_check import check_references
 from agentrft.train.metrics import is_timing_key, read_metrics
 from agentrft.train.packing import PackedSequence, micro_batches
 from agentrft.train.records import RecordError

@@ -10,7 +10,8 @@ from conftest import VOCAB, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
-from agentrft.train.config import AlgorithmConfig, OptimizerConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
+from agentrft.train.config import OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import PackedSequence, collate, micro_batches
 from agentrft.train.shared_prefix import (

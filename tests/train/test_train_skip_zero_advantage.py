@@ -9,7 +9,8 @@ from conftest import fake_trajectory, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train import update as U
-from agentrft.train.config import AlgorithmConfig, OptimizerConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
+from agentrft.train.config import OptimizerConfig
 from agentrft.train.packing import micro_batches, to_sequence
 from agentrft.train.stages import skip_zero_advantage
 

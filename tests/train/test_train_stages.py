@@ -4,7 +4,7 @@ import random
 import pytest
 from conftest import fake_trajectory
 
-from agentrft.train.config import AlgorithmConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.stages import (
     advantage_stage,
     filter_stage,

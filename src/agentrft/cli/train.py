@@ -96,7 +96,7 @@ def run_training(
     cfg: TrainConfig, source: str, run_dir: Path | None, resume: bool, allow_config_change: bool, as_json: bool
 ) -> None:
     """Check what ``cfg`` names and the run dir (bad input exits 2 and leaves no trace), train, print the result."""
-    from agentrft.train.config import check_references
+    from agentrft.train.config_check import check_references
 
     check_references(cfg, source=source)
     if run_dir is None:

@@ -5,12 +5,11 @@ overrides are parsed as YAML scalars (``3`` int, ``1e-5`` float, ``true`` bool,
 ``[1,2]`` list) and validated with the rest, so an error names the dotted key.
 Files are read by `agentrft.inputs` (UTF-8, bounded nesting, no NaN), and an
 empty file is refused rather than read as "all defaults".
-`check_references(cfg)` then resolves what the config names (environment and
-its splits, grader spec, policy) without loading a model, so that a bad config
-fails before a run directory is written; for the methods that learn from
-recorded trajectories it also runs the selection and checks every selected
-trajectory's token record (or renders it). Presets (`PRESETS`) are plain dicts
-in `train/presets.py`, validated as a file is. Every option documents itself here.
+`train/config_check.check_references(cfg)` then resolves what the config names
+without loading a model. The rollout's sections live in `train/rollout_config.py`,
+the algorithm's in `train/algorithm_config.py`, the methods' in
+`train/method_config.py`; presets (`PRESETS`) are plain dicts in
+`train/presets.py`, validated as a file is. Every option documents itself.
 """
 
 from __future__ import annotations
@@ -28,10 +27,9 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 from agentrft.precision import Precision
 from agentrft.rollout.agent_command import AgentCommandConfig
-from agentrft.rollout.formats import FormatName
+from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.data import DataConfig
 from agentrft.train.method_config import (  # the methods' own sections, re-exported here
-    DATA_METHODS,
     DPOConfig,
     Method,
     RejectionSamplingConfig,
@@ -40,6 +38,7 @@ from agentrft.train.method_config import (  # the methods' own sections, re-expo
     _Cfg,
 )
 from agentrft.train.presets import PRESETS  # re-exported: `from agentrft.train.config import PRESETS`
+from agentrft.train.rollout_config import AsyncConfig, RayConfig, RolloutConfig
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -132,170 +131,6 @@ class PolicyConfig(_Cfg):
                 "prefix_cache_tokens": self.sampler_prefix_cache_tokens,
             }
         return options
-
-
-class CurriculumConfig(_Cfg):
-    """Tasks drawn across levels (`task.data["level"]`) by the measured pass rate (train/curriculum.py); grpo only."""
-
-    enabled: bool = False
-    window: int = Field(default=32, ge=1, description="episodes of a level in its rolling pass rate")
-    min_episodes: int = Field(default=16, ge=1, description="episodes of a level before its rate can promote")
-    promote_at: float = Field(
-        default=0.5, gt=0.0, le=1.0, description="a level whose rolling pass rate reaches this unlocks the next"
-    )
-    keep_share: float = Field(
-        default=0.2,
-        ge=0.0,
-        lt=1.0,
-        description="share of draws spread evenly over the levels already passed (weighting learnability: over "
-        "every unlocked level)",
-    )
-    start_unlocked: int = Field(
-        default=1,
-        ge=1,
-        description="levels unlocked at the start, lowest first (a policy that has imitated every level: all)",
-    )
-    weighting: Literal["frontier", "learnability"] = Field(
-        default="frontier",
-        description="level weights: frontier = the newest unlocked level gets 1 - keep_share; learnability = each "
-        "unlocked level by p(1-p) of its rolling pass rate p (the GRPO groups with signal), keep_share spread evenly",
-    )
-    stratified: bool = Field(
-        default=False,
-        description="each step's draws hold every level its weight's share of them (floor of n x weight, the rest "
-        "drawn by the fractions left) instead of n independent draws; a level weighted >= 1/n is in every step",
-    )
-    mixed_weight: float = Field(
-        default=2.0, ge=0.0, description="weight of a task whose last group had some successes, not all (unseen: 1)"
-    )
-    flat_weight: float = Field(
-        default=0.5, ge=0.0, description="weight of a task whose last group all passed or all failed (unseen: 1)"
-    )
-
-    @model_validator(mode="after")
-    def _window_holds_min(self) -> CurriculumConfig:
-        if self.min_episodes > self.window:
-            raise ValueError("min_episodes must be <= window (the rolling pass rate holds window episodes)")
-        return self
-
-
-class RolloutConfig(_Cfg):
-    env: str = Field(default="finqa-lite:1", description="environment name for agentrft.envs.registry.make_env")
-    split: str = Field(default="train", description="task split to train on")
-    tasks_per_step: int = Field(default=4, ge=1)
-    group_size: int = Field(default=8, ge=1, description="G: samples per task (one GRPO group)")
-    temperature: float = Field(
-        default=1.0,
-        gt=0.0,
-        description="sampling temperature; also the temperature of the trained log-probs (one distribution)",
-    )
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling; the trainer applies it too")
-    max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
-    tool_format: FormatName = Field(default="xml", description="how tool calls look in the model's text")
-    grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
-    curriculum: CurriculumConfig = Field(
-        default_factory=CurriculumConfig, description="draw tasks across levels by pass rate (grpo, synchronous)"
-    )
-    expert_per_group: int = Field(
-        default=0,
-        ge=0,
-        description="guided groups: this many of each group's group_size episodes are the environment's expert "
-        "(Environment.expert()) playing the task through the same loop, graded and trained with the policy's "
-        "(train/stages.py); 0 = none",
-    )
-
-
-class OverlongConfig(_Cfg):
-    enabled: bool = False
-    max_len: int = Field(default=512, ge=1, description="L_max: sampled tokens per episode before the full penalty")
-    cache_len: int = Field(default=128, ge=0, description="L_cache: width of the linear penalty ramp")
-    penalty: float = Field(default=1.0, ge=0.0)
-
-    @model_validator(mode="after")
-    def _ramp_fits(self) -> OverlongConfig:
-        if self.cache_len > self.max_len:
-            raise ValueError("cache_len must be <= max_len")
-        return self
-
-
-class DynamicSamplingConfig(_Cfg):
-    enabled: bool = False
-    max_rounds: int = Field(default=3, ge=1, description="sampling rounds per step before training on what there is")
-
-
-class OffPolicyConfig(_Cfg):
-    """The behaviour importance weight w = exp(logp_proximal - logp_sampler) of the decoupled PPO objective."""
-
-    correction: Literal["auto", "none", "tis", "mis"] = Field(
-        default="auto",
-        description="none: weight 1; tis: min(w, cap) (truncated IS); mis: w inside [low, high], tokens outside "
-        "masked (IcePop-style); auto: tis when async.max_staleness > 0, else none",
-    )
-    cap: float = Field(default=2.0, gt=0.0, description="tis: the cap C")
-    low: float = Field(default=0.5, ge=0.0, le=1.0, description="mis: tokens with w < low are masked")
-    high: float = Field(default=2.0, ge=1.0, description="mis: tokens with w > high are masked")
-
-
-class AsyncConfig(_Cfg):
-    """Asynchronous RL (train/pipeline.py): rollouts keep going with the newest weights while the trainer updates."""
-
-    max_staleness: int = Field(
-        default=0,
-        ge=0,
-        description="k: no trajectory sampled by weights of version v is used in the update that starts from "
-        "version n when n - v > k (producers wait instead); 0 = the synchronous loop",
-    )
-    max_inflight_groups: int | None = Field(
-        default=None,
-        ge=1,
-        description="groups being played at once (finished ones may still queue up to the staleness bound); "
-        "None: rollout.tasks_per_step, the synchronous loop's batch (more oversubscribes an in-process sampler)",
-    )
-
-
-class RayConfig(_Cfg):
-    """Rollout workers as Ray actors (train/ray_rollout.py; ``pip install agentrft[ray]``)."""
-
-    enabled: bool = Field(default=False, description="play groups on Ray actors (`agentrft train --ray`)")
-    address: str | None = Field(
-        default=None, description="a Ray cluster to join (implies enabled); None: ray.init() starts a local one"
-    )
-    workers: int = Field(default=2, ge=1, description="rollout worker actors, each with its own sampler")
-    worker_cpus: float = Field(default=1.0, gt=0.0, description="CPUs each worker reserves (and its torch threads)")
-
-    @property
-    def on(self) -> bool:
-        return self.enabled or self.address is not None
-
-
-class AlgorithmConfig(_Cfg):
-    @model_validator(mode="before")
-    @classmethod
-    def _is_cap_is_tis(cls, data: Any) -> Any:
-        """``is_cap: C`` (older configs) is ``off_policy: {correction: tis, cap: C}``."""
-        if isinstance(data, dict) and "is_cap" in data:
-            data = dict(data)
-            cap = data.pop("is_cap")
-            if cap is not None:
-                data["off_policy"] = {**dict(data.get("off_policy") or {}), "correction": "tis", "cap": cap}
-        return data
-
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
-    adv_eps: float = Field(default=1e-6, gt=0.0)
-    turn_level: bool = Field(default=False, description="add group-normalised turn rewards (Grade.turn_rewards)")
-    turn_weight: float = 1.0
-    eps_low: float = Field(default=0.2, ge=0.0)
-    eps_high: float = Field(default=0.28, ge=0.0)
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "constant"] = "token_mean"
-    constant_max_tokens: int = Field(default=512, ge=1, description="L of the Dr. GRPO constant normaliser (G * L)")
-    kl_coef: float = Field(default=0.0, ge=0.0, description="k3 KL to the initial policy; 0 = no reference model")
-    off_policy: OffPolicyConfig = Field(
-        default_factory=lambda: OffPolicyConfig(),
-        description="correction for tokens the sampler drew with older weights (algos/offpolicy.py)",
-    )
-    updates_per_batch: int = Field(default=1, ge=1, description="optimizer steps on each rollout batch (PPO epochs)")
-    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
 
 
 class OptimizerConfig(_Cfg):
@@ -552,78 +387,3 @@ def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> Tr
     if not path.exists():
         raise ConfigError(f"{path}: no such config file (presets: {', '.join(PRESETS)})")
     return build_config(_read(path), list(overrides), source=str(path))
-
-
-def check_references(cfg: TrainConfig, source: str = "config") -> None:
-    """Resolve what `cfg` names without loading a model: the environment (its tasks are read, so a
-    bad dataset fails here), the train and eval splits, the grader spec and the policy name; for
-    ``sft`` the data selection and every selected trajectory (`_check_data`).
-    ConfigError names the key. Training calls nothing else that can refuse the config."""
-    from agentrft.envs.registry import make_env
-    from agentrft.graders import load_grader
-    from agentrft.samplers.policies import POLICY_NAMES, is_in_process
-
-    def refuse(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{source}: {key}: {why}")
-
-    if not is_in_process(cfg.policy.name):
-        trainable = [n for n in POLICY_NAMES if is_in_process(n.replace("PATH_OR_ID", "x"))]
-        raise refuse("policy.name", f"{cfg.policy.name!r} cannot be trained in process; valid: {', '.join(trainable)}")
-    try:
-        env = make_env(cfg.rollout.env)
-    except InputError as exc:
-        raise refuse("rollout.env", str(exc)) from None
-    splits = [("rollout.split", cfg.rollout.split)] + ([("eval.split", cfg.eval.split)] if cfg.eval.every_steps else [])
-    for key, split in splits:
-        try:
-            tasks = env.tasks(split)
-        except InputError as exc:
-            raise refuse(key, str(exc)) from None
-        if not tasks:
-            raise refuse(key, f"environment {cfg.rollout.env!r} has no tasks in split {split!r}")
-    try:
-        load_grader(cfg.rollout.grader or env.grader_spec())
-    except InputError as exc:
-        raise refuse("rollout.grader", str(exc)) from None
-    if cfg.agent is not None:
-        if cfg.method != "grpo":
-            raise refuse("agent", f"agent.command runs episodes for method grpo, not {cfg.method}")
-        if (why := cfg.agent.missing_program()) is not None:
-            raise refuse("agent.command", why)
-    if cfg.method in DATA_METHODS:
-        _check_data(cfg, env.tool_schemas(), source)
-
-
-def _check_data(cfg: TrainConfig, tool_schemas: list[dict[str, Any]], source: str) -> None:
-    """The selection is not empty and every selected trajectory can be learned from: its token record fits its
-    messages, or (none recorded) the policy's chat template renders it. Loads the tokenizer only to render."""
-    from agentrft.samplers.chat_template import TokenizerRenderer
-    from agentrft.samplers.policies import PolicyError, load_tokenizer
-    from agentrft.train.data import select_trajectories
-    from agentrft.train.records import learnable_records
-
-    if cfg.data.source is None:
-        raise ConfigError(
-            f"{source}: data.source: method {cfg.method} learns from recorded trajectories; name a store (.db) "
-            "or a trajectory export (.jsonl, .parquet)"
-        )
-    try:
-        trajs, _ = select_trajectories(cfg.data)
-        renderer, vocab = None, None
-        if any(t.tokens is None for t in trajs):
-            try:
-                tokenizer = load_tokenizer(cfg.policy.name)
-            except PolicyError as exc:
-                raise ConfigError(f"{source}: policy.name: {exc}") from None
-            renderer, vocab = TokenizerRenderer(tokenizer), len(tokenizer)
-        learnable_records(
-            trajs,
-            renderer=renderer,
-            tool_format=cfg.rollout.tool_format,
-            tool_schemas=tool_schemas,
-            vocab_size=vocab,
-        )
-    except ConfigError:
-        raise
-    except InputError as exc:
-        raise ConfigError(f"{source}: {exc}") from None

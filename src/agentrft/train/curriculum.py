@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrft.inputs import InputError
-from agentrft.train.config import CurriculumConfig
+from agentrft.train.rollout_config import CurriculumConfig
 from agentrft.train.stages import next_tasks
 from agentrft.types import Task, Trajectory
 

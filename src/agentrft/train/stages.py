@@ -35,7 +35,8 @@ from agentrft.rollout.runner import Runner
 from agentrft.rollout.serve_request import ServeLimits
 from agentrft.samplers.base import SamplingParams, TokenSampler
 from agentrft.store import Store
-from agentrft.train.config import AlgorithmConfig, TrainConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
+from agentrft.train.config import TrainConfig
 from agentrft.train.metrics import rollout_metrics
 from agentrft.train.packing import MicroBatch, PackedSequence, micro_batches, to_sequences
 from agentrft.types import Task, Trajectory

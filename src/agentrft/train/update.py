@@ -28,7 +28,8 @@ from agentrft.algos import aggregate, clipped_pg_loss
 from agentrft.memory import trim
 from agentrft.precision import resolve
 from agentrft.samplers.distribution import Distribution
-from agentrft.train.config import AlgorithmConfig, OptimizerConfig
+from agentrft.train.algorithm_config import AlgorithmConfig
+from agentrft.train.config import OptimizerConfig
 from agentrft.train.logprobs import sampled_logprobs
 from agentrft.train.packing import MicroBatch
 from agentrft.train.shared_prefix import shared_prefix_logprobs
