@@ -42,9 +42,9 @@ def demo_cmd(
         False,
         "--agentic",
         help="The agentic recipe on finqa-lite levels 2-4: baseline evals (few-shot prompt, and the base policy on "
-        "the trained zero-shot prompt), oracle demonstrations, imitation (level 4 in a second pass), GRPO with the "
-        "curriculum and per-turn credit, final evals (held-out and ood), all after the baseline on the zero-shot "
-        "prompt. --set imitation.KEY=V / late.KEY=V / rl.KEY=V.",
+        "the trained zero-shot prompt), oracle demonstrations, imitation (one pass over levels 1-4; a second with "
+        "recipe.late_levels), GRPO with the curriculum and per-turn credit, final evals (held-out and ood), all "
+        "after the baseline on the zero-shot prompt. --set imitation.KEY=V / late.KEY=V / rl.KEY=V.",
     ),
 ) -> None:
     """Run the whole loop on embedded defaults: SmolLM2-135M on finqa-lite level 1, on the CPU."""
