@@ -76,8 +76,9 @@ def test_guided_groups_are_refused_where_they_cannot_run(tmp_path, monkeypatch) 
         F.config(**{"rollout.expert_per_group": 1, "async.max_staleness": 1})
     with pytest.raises(ConfigError, match="the expert's have none"):
         F.config(**{"rollout.expert_per_group": 1, "algorithm.off_policy.correction": "tis"})
-    with pytest.raises(ValueError, match="no expert to play guided episodes"):
+    with pytest.raises(InputError, match="no expert to play guided episodes"):
         _run(tmp_path / "none", expert=False)
+    assert not (tmp_path / "none" / "config.yaml").exists()  # refused before the session wrote anything
 
     from agentrft.train.loop import build_components
 
@@ -99,7 +100,7 @@ def test_finqa_lites_expert_guides_a_grpo_step_of_the_tiny_model(tmp_path) -> No
         {
             "steps": 1,
             "seed": 0,
-            "policy": {"name": "tiny", "finetune": "full"},
+            "policy": {"name": "tiny", "finetune": "full", "precision": "fp32"},  # sampler_precision is fp32 too
             "rollout": {
                 "env": "finqa-lite:3?shots=0",
                 "tasks_per_step": 1,
