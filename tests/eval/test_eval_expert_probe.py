@@ -3,6 +3,7 @@ log-softmax recomputed by hand from the model's logits."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -51,12 +52,14 @@ def test_the_probe_refuses_an_environment_without_an_expert(tmp_path: Path) -> N
         expert_episodes(make_env(f"jsonl:{data}"), tokenizer, "train", 1)
 
 
-def test_the_script_prints_each_levels_turns(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_script_prints_each_levels_turns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
     try:
         import agentic_probe
     finally:
         sys.path.pop(0)
-    out = agentic_probe.main(["tiny", "--levels", "4", "--tasks", "1"])
+    written = tmp_path / "run" / "probe.json"
+    out = agentic_probe.main(["tiny", "--levels", "4", "--tasks", "1", "--out", str(written)])
     assert out["4"]["episodes"] == 1 and len(out["4"]["turn_p"]) == 8  # type: ignore[index]
     assert '"turn_p"' in capsys.readouterr().out
+    assert json.loads(written.read_text()) == json.loads(json.dumps(out))  # the printed JSON, keys as text
