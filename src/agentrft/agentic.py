@@ -291,7 +291,7 @@ def run_agentic(
     from agentrft.eval.report import write_report
     from agentrft.graders import load_grader
     from agentrft.samplers.base import SamplingParams
-    from agentrft.samplers.oracle import load_oracle
+    from agentrft.samplers.oracle import OracleSampler, load_oracle
     from agentrft.samplers.policies import load_trainable_policy
     from agentrft.store import RUN_STORE_NAME, Store
     from agentrft.train.config import ConfigError
@@ -331,6 +331,13 @@ def run_agentic(
     late_env = train_env if late_cfg.rollout.env == sft_cfg.rollout.env else make_env(late_cfg.rollout.env)
     outcome = load_grader(train_env.grader_spec())
     rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
+    rl_env = {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env}.get(rl_cfg.rollout.env)
+    rl_env = rl_env or make_env(rl_cfg.rollout.env)
+    if rl_cfg.rollout.expert_per_group and rl_env.expert() is None:  # guided groups need one, so fail here
+        raise ConfigError(
+            f"rl.rollout.expert_per_group: environment {rl_env.name!r} has no expert that solves its tasks "
+            "(Environment.expert(); finqa-lite has one)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SETTINGS_NAME).write_text(json.dumps(chosen, indent=2))
     seconds: dict[str, float] = {}
@@ -401,15 +408,22 @@ def run_agentic(
         seconds["demos"] = time.perf_counter() - start
 
         def stage_env(spec: str) -> Any:
-            return {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env}.get(spec) or make_env(spec)
+            envs = {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env, rl_cfg.rollout.env: rl_env}
+            return envs.get(spec) or make_env(spec)
 
         def stage(cfg: Any, where: Path, grader: Any) -> int:
-            """Train one stage on the in-process policy; a stopped one resumes from its checkpoint."""
+            """Train one stage on the in-process policy; a stopped one resumes from its checkpoint. With guided
+            groups (``rollout.expert_per_group``) the stage's environment's expert plays into them, written with
+            the policy's tokenizer."""
+            env = stage_env(cfg.rollout.env)
+            expert = None
+            if cfg.method == "grpo" and cfg.rollout.expert_per_group:
+                expert = OracleSampler(env.expert(), policy.tokenizer, policy=f"oracle:{cfg.policy.name}")
             return train(
                 cfg,
                 where,
                 resume=resume and (where / "config.yaml").is_file(),
-                components=Components(stage_env(cfg.rollout.env), policy, grader, store),
+                components=Components(env, policy, grader, store, expert=expert),
                 progress=progress,
             ).steps
 

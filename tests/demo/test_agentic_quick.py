@@ -88,6 +88,7 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
 
     run_dir = tmp_path / "agentic"
     settings = AgenticSettings.preset(True).model_copy(update={"ood": True, "ood_tasks": 1})
+    guided = ["policy.name=tiny", "rl.rollout.expert_per_group=1"]  # the expert plays one of each RL group
     real_train = loop.train
 
     def dies_in_rl(cfg, *args, **kwargs):
@@ -97,7 +98,7 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
 
     monkeypatch.setattr(loop, "train", dies_in_rl)
     with pytest.raises(KeyboardInterrupt):
-        run_agentic(run_dir, settings, ["policy.name=tiny"], progress=False)
+        run_agentic(run_dir, settings, guided, progress=False)
     monkeypatch.setattr(loop, "train", real_train)
     store = Store(run_dir / RUN_STORE_NAME)
     first = {r.name: r.id for r in store.list_runs() if r.kind == "eval"}
@@ -117,9 +118,9 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
     sft_metrics = (run_dir / "imitation" / "metrics.jsonl").read_text()
     late_metrics = (run_dir / "imitation-late" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="differ from those"):
-        run_agentic(run_dir, settings, ["policy.name=tiny", "rl.steps=3"], progress=False, resume=True)
+        run_agentic(run_dir, settings, [*guided, "rl.steps=3"], progress=False, resume=True)
 
-    result = run_agentic(run_dir, settings, ["policy.name=tiny"], progress=False, resume=True)
+    result = run_agentic(run_dir, settings, guided, progress=False, resume=True)
     assert result.steps == {"imitation": 2, "imitation_late": 1, "rl": 2}
     assert set(result.evals) == {
         "baseline",
@@ -166,6 +167,14 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         late_levels = sorted(level[t.task_id] for t in late)
         assert late_levels == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
         assert {t.task_id for t in late if level[t.task_id] < 4} == {t.task_id for t in demos}  # the replayed
+        rl_run = next(r for r in store.list_runs() if r.kind == "train" and r.config.get("method") == "grpo")
+        rl_trajs = store.query_trajectories(run_id=rl_run.id)
+        groups: dict[str, list[bool]] = {}
+        for t in rl_trajs:
+            groups.setdefault(t.group_id, []).append(bool(t.metadata.get("expert")))
+        # 2 steps x 2 tasks, each group 3 of the policy's episodes and 1 of the expert's (written as the oracle)
+        assert len(groups) == 4 and all(sorted(g) == [False, False, False, True] for g in groups.values())
+        assert {t.policy for t in rl_trajs if t.metadata.get("expert")} == {"oracle:tiny"}
     finally:
         store.close()
     summary = json.loads((run_dir / "agentic.json").read_text())

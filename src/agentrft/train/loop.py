@@ -206,6 +206,10 @@ def train(
             f"policy {getattr(policy, 'policy', policy)!r} cannot be trained in process "
             "(not a TrainablePolicy: eval-only endpoints and remote engines are sampled, not trained)"
         )
+    if cfg.method == "grpo" and cfg.rollout.expert_per_group and comps.expert is None:
+        raise InputError(  # before the session writes anything (Components passed in without one)
+            "rollout.expert_per_group: the loop was given no expert to play guided episodes (Components.expert)"
+        )
     data = None
     if selected is not None:  # token records checked, or rendered, before the session writes anything
         from agentrft.train.sft import sft_data
