@@ -101,7 +101,8 @@ def _agentic(
     from rich.console import Console
     from rich.table import Table
 
-    from agentrft.agentic import AgenticSettings, run_agentic
+    from agentrft.agentic import run_agentic
+    from agentrft.agentic_settings import AgenticSettings
     from agentrft.inputs import InputError
     from agentrft.train.config import ConfigError
 

@@ -37,7 +37,7 @@ _SFT: dict[str, Any] = {
 # The agentic recipe (`agentrft demo --agentic`, agentic.py) on finqa-lite levels 1-4. Every task is prompted as its
 # own level is (FinqaLiteEnv.initial_messages), so the evals of finqa-lite:N measure what was trained.
 AGENTIC_ENV = "finqa-lite:1,2,3,4"
-# Oracle demonstrations per level (`agentic.AgenticSettings.demo_tasks`), one shuffled pass over all four levels.
+# Oracle demonstrations per level (`agentic_settings.AgenticSettings.demo_tasks`), one shuffled pass over all four levels.
 # Imitation time goes where the held-out pass rate moves: on the zero-shot prompt a batch of 8 costs ~10 s on
 # levels 1-2, ~55 s on level 3 and ~95 s on level 4 (2-core Xeon with AMX). Level 4 shares the pass with the others
 # because the expert states its plan ("I need two reports: ...", envs/finqa/expert.py plan_text): before it, a
@@ -46,7 +46,7 @@ AGENTIC_ENV = "finqa-lite:1,2,3,4"
 # every run behind them is in docs/agentic.md. `recipe.late_levels=[4]` brings back a second pass.
 AGENTIC_DEMO_TASKS: dict[int, int] = {1: 16, 2: 48, 3: 128, 4: 64}
 AGENTIC_LATE_REPLAY = 64  # first-pass demonstrations of each earlier level replayed in a second pass
-AGENTIC_LATE_LEVELS: tuple[int, ...] = ()  # imitated in a second pass (`agentic.AgenticSettings.late_levels`)
+AGENTIC_LATE_LEVELS: tuple[int, ...] = ()  # imitated in a second pass (`agentic_settings.AgenticSettings.late_levels`)
 _AGENTIC_BATCH = 8
 
 
@@ -59,7 +59,7 @@ def split_passes(
     counts: dict[int, int], late_levels: tuple[int, ...] | list[int], replay: int
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Demonstrations per level of the first imitation pass and of the late one (empty: no second pass); the late
-    pass also replays the first `replay` of each first-pass level (`agentic.AgenticSettings.late_replay`)."""
+    pass also replays the first `replay` of each first-pass level (`agentic_settings.AgenticSettings.late_replay`)."""
     first = {lv: n for lv, n in counts.items() if lv not in late_levels}
     late = {lv: n for lv, n in counts.items() if lv in late_levels}
     if late and replay:
@@ -69,7 +69,7 @@ def split_passes(
 
 _FIRST_COUNTS, _LATE_COUNTS = split_passes(AGENTIC_DEMO_TASKS, AGENTIC_LATE_LEVELS, AGENTIC_LATE_REPLAY)
 # the late preset's own steps (at least one: with no late levels it is used only when `late_levels` names some,
-# and then `agentic.agentic_configs` sets its steps from those)
+# and then `agentic_settings.agentic_configs` sets its steps from those)
 _FIRST_STEPS, _LATE_STEPS = one_pass(_FIRST_COUNTS), max(1, one_pass(_LATE_COUNTS))
 # Imitation: filtered SFT on the oracle's demonstrations (run "demos" of the recipe's store: data.source).
 # One pass over the recipe's demonstrations; a batch is 8 whose prompts open alike (sft.group_by_prompt: on the
