@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from agentrft.cli.support import fail
+from agentrft.train.presets import PRESETS
 
 if TYPE_CHECKING:
     from agentrft.train.config import TrainConfig
@@ -29,9 +30,7 @@ _SET_HELP = "Override one option, e.g. --set optimizer.lr=1e-5 (repeatable)."
 
 
 def train_cmd(
-    config: str = typer.Argument(
-        ..., help="YAML/TOML config file, or a preset name (demo, demo-quick, sft, rejection-sampling)."
-    ),
+    config: str = typer.Argument(..., help=f"YAML/TOML config file, or a preset name ({', '.join(PRESETS)})."),
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
     allow_config_change: bool = typer.Option(False, "--allow-config-change", help=_ALLOW_HELP),
