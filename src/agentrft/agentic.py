@@ -29,7 +29,7 @@ level-4 demonstration is ~45 % shorter (2,430 -> 1,360 tokens; 4,530 -> 2,430), 
 sampled turn pays for, and the model cannot copy the example's figures. Everything from the demonstrations on
 uses it (every stage's ``rollout.env``; an override must keep their ``shots`` alike), so what is trained is what
 is measured; the baseline is measured on both prompts (held-out and ood), and the paired tests compare each later
-stage with both.
+stage with both, and the final policy with the imitated one (RL's own share).
 
 A task's prompt, tools and limits are its own level's whatever levels the environment serves
 (`FinqaLiteEnv.initial_messages`), so what is trained on ``finqa-lite:1,2,3,4?shots=0`` is exactly what
@@ -320,8 +320,16 @@ def load_weights(policy: Any, path: Path, version: int) -> int:
 
 def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per level (held-out and ood): the paired test (`eval.metrics.paired_test`, same tasks) of each
-    later stage against the baseline, and on held-out against the base policy on the trained prompt too."""
+    later stage against the baseline, and on held-out against the base policy on the trained prompt too; and
+    ``final vs imitation``, RL's own share (where the recipe evaluated between the two)."""
     from agentrft.eval.metrics import paired_test
+
+    def compare(base: Any, other: Any) -> dict[str, Any]:
+        out = {}
+        for level in sorted(base.per_level, key=int):
+            rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
+            out[level] = paired_test(rates[0], rates[1]).model_dump(mode="json")
+        return out
 
     out: dict[str, dict[str, Any]] = {}
     for suffix in ("", "-ood"):
@@ -331,10 +339,8 @@ def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 continue
             for stage in ("imitation", "final"):
                 other = evals.get(stage + suffix)
-                if other is None:
-                    continue
-                for level in sorted(base.per_level, key=int):
-                    rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
-                    cmp = paired_test(rates[0], rates[1])
-                    out.setdefault(f"{stage}{suffix} vs {base_name}", {})[level] = cmp.model_dump(mode="json")
+                if other is not None:
+                    out[f"{stage}{suffix} vs {base_name}"] = compare(base, other)
+    if "imitation" in evals and "final" in evals:
+        out["final vs imitation"] = compare(evals["imitation"], evals["final"])
     return out

@@ -186,8 +186,10 @@ def test_quick_recipe_on_the_tiny_model_stopped_in_rl_and_resumed(
         "final vs baseline-trained-prompt",
         "final-ood vs baseline-ood",
         "final-ood vs baseline-trained-prompt-ood",
+        "final vs imitation",
     }
     assert set(summary["paired"]["final vs baseline"]) == {"2", "3", "4"}
+    assert set(summary["paired"]["final vs imitation"]) == {"2", "3", "4"}
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2 and all("curriculum/level_1_weight" in s for s in steps)
     sft_steps = [json.loads(line) for line in sft_metrics.splitlines()]
