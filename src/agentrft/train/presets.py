@@ -109,20 +109,20 @@ _AGENTIC_IMITATION_LATE: dict[str, Any] = {
 # credit as the reward (success = the right answer), and the per-turn process rewards as turn-level advantages.
 _AGENTIC_RL: dict[str, Any] = {
     **_DEMO,
-    "steps": 4,
+    "steps": 8,
     # Every level, from the first step: the imitated policy has learned all four, and the steps the reward moves
     # must see both sides of the turn after a report's calculation (level 3 answers there, level 4 looks up the
     # second report). RL on levels 1-3 alone rewarded "answer" there and took level 4 from 0.250 to 0 in 8 steps
     # (runs/s1, docs/agentic.md). The curriculum starts with every level unlocked and weighs each by p(1-p) of its
     # rolling pass rate (the levels whose groups are mixed, where GRPO has signal), keep_share spread over all,
-    # and stratified: each step holds every level its share of the 4 tasks, so no update moves level 3's side of
-    # that turn without level 4's (independent draws left one of the two out of ~44% of steps; on the Zen 2 box
-    # 4 such steps took level 3's P(answer there) to 0.02: docs/agentic.md). The process grader pays the answer
+    # and stratified: each step holds every level its share of the 4 tasks. The process grader pays the answer
     # once every milestone is reached (`answer_when_done`), so level 3's side of that turn is credited too.
-    # Not enough: with both, 4 steps on the Zen 2 box still took level 3's P(answer there) from 0.75 to 0.0001,
-    # the first step already sending level 3 on to search (docs/agentic.md); RL that keeps level 3 is open.
-    # A level-4 group costs ~100 s of sampling on the 2-core AMX Xeon, so the recipe's budget (45 minutes for
-    # imitation plus RL, imitation ~33) holds about 4 steps.
+    # The step is small (lr 3e-6, not the demo's 3e-5) and the advantage Dr. GRPO's (no division by the group's
+    # std): Adam moves every weight by about lr in its first steps whatever the gradient's size, and at 3e-5 four
+    # steps took level 3's P(answer after the calculation) from 0.75 to 0.0001; at 3e-6 GRPO's std division still
+    # blew the process-only differences of all-failing level-4 groups up to full-size advantages (0.94 -> 0.73),
+    # Dr. GRPO kept 0.86 (runs/rlA, rlB of 2026-12-06, docs/agentic.md). One expert per group pulled level 3 down
+    # further (0.47: its level-4 success in a failing group is the largest advantage of the step).
     "policy": {**_DEMO["policy"], "sampler_precision": "auto"},
     "rollout": {
         "env": AGENTIC_ENV,
@@ -155,11 +155,11 @@ _AGENTIC_RL: dict[str, Any] = {
             "stratified": True,
         },
     },
-    "algorithm": {**_DEMO["algorithm"], "turn_level": True, "turn_weight": 0.5},
+    "algorithm": {**_DEMO["algorithm"], "advantage": "dr_grpo", "turn_level": True, "turn_weight": 0.5},
     # A level-3 group is 8 episodes of ~2.4k tokens sharing a ~1.5k-token prompt: the tree's 2048-token rows hold
     # one episode each (nothing shared: 58,831 tokens through the model in the recipe's first level-3 step), the
     # segment layout runs each prompt once (16,350 tokens for the same step's trajectories).
-    "optimizer": {**_DEMO["optimizer"], "shared_prefix_layout": "segments", "shared_prefix_row_tokens": 4096},
+    "optimizer": {**_DEMO["optimizer"], "lr": 3e-6, "shared_prefix_layout": "segments", "shared_prefix_row_tokens": 4096},
     "checkpoint": {"every_steps": 4, "keep_last": 1},
 }
 PRESETS: dict[str, dict[str, Any]] = {
