@@ -159,7 +159,12 @@ _AGENTIC_RL: dict[str, Any] = {
     # A level-3 group is 8 episodes of ~2.4k tokens sharing a ~1.5k-token prompt: the tree's 2048-token rows hold
     # one episode each (nothing shared: 58,831 tokens through the model in the recipe's first level-3 step), the
     # segment layout runs each prompt once (16,350 tokens for the same step's trajectories).
-    "optimizer": {**_DEMO["optimizer"], "lr": 3e-6, "shared_prefix_layout": "segments", "shared_prefix_row_tokens": 4096},
+    "optimizer": {
+        **_DEMO["optimizer"],
+        "lr": 3e-6,
+        "shared_prefix_layout": "segments",
+        "shared_prefix_row_tokens": 4096,
+    },
     "checkpoint": {"every_steps": 4, "keep_last": 1},
 }
 PRESETS: dict[str, dict[str, Any]] = {
