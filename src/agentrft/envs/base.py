@@ -33,12 +33,35 @@ class EnvLimits(BaseModel):
 
 
 class Episode(ABC):
-    """Per-episode state. `call_tool` never raises for bad model output: it returns an error ToolResult."""
+    """Per-episode state. `call_tool` never raises for bad model output: it returns an error ToolResult.
+
+    Three optional hooks let an environment drive more than one exchange (a user's next turn, a game's next
+    observation) and measure the episode itself; the agent loop calls them, the defaults keep the single-answer
+    convention:
+
+    - `reply(text)`: the policy wrote a turn without a tool call. Return the messages the environment answers
+      with (usually one user message) to go on, or None to end the episode with `text` as its final answer.
+    - `finished`: True once the environment has ended the episode after a turn's tool calls (a one-shot
+      function-calling task is over after its calls); the loop stops there with status ``completed``.
+    - `outcome()`: what the environment measured (e.g. ``{"reward": 1.0}``), recorded in the trajectory's
+      ``metadata["env"]`` when the episode ends, however it ends; the ``env_reward`` grader reads ``reward``.
+    - `close()`: release per-episode resources; called once, after `outcome()`.
+    """
 
     task: Task
+    finished: bool = False
 
     @abstractmethod
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult: ...
+
+    async def reply(self, text: str) -> list[Message] | None:
+        return None
+
+    def outcome(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None
 
 
 class Expert(Protocol):

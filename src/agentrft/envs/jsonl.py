@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.envs.base import Environment, EnvLimits
+from agentrft.envs.plugins import EnvSpec
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError, parse_object, read_json, read_text
 from agentrft.openai_rows import parse_messages, parse_tools
@@ -132,6 +133,16 @@ class _DeclaredOnly(Toolbox):
 class JsonlEnv(Environment):
     name = "jsonl"
     version = "1"
+
+    @classmethod
+    def from_spec(cls, spec: EnvSpec, **kwargs: Any) -> JsonlEnv:
+        """``jsonl:PATH[?grader=G.json&tools=MODULE&endpoints=E.json&valid=V.jsonl]``."""
+        if not spec.arg:
+            raise spec.error("jsonl needs a path, e.g. jsonl:data/train.jsonl")
+        known = {"grader": "grader_spec_path", "tools": "tools_module", "endpoints": "endpoints", "valid": "valid_path"}
+        for option, value in spec.known(*known).items():
+            kwargs.setdefault(known[option], value)
+        return cls(spec.arg, **kwargs)
 
     def __init__(
         self,

@@ -6,7 +6,10 @@ per level as `shots=0,4:1`: none, but one at level 4),
 `finqa:PATH.json` (an official FinQA file), `jsonl:PATH[?grader=G.json]` (an
 OpenAI RFT dataset; more options: `tools=MODULE` (Python tools), `endpoints=E.json`
 (HTTP tools), `valid=VALID.jsonl` (the `valid` split); option values may be
-URL-quoted). Keyword arguments go to the environment's constructor.
+URL-quoted), `bfcl:CATEGORIES` (BFCL v4 from the package bfcl-eval), `reasoning-gym:NAMES`
+(procedural tasks from the package reasoning-gym), any entry point of group `agentrft.envs`, or
+`MODULE:CLASS`. Each name is resolved the same way (`envs/plugins.py`); each environment class parses its
+own part of the spec (`from_spec`). Keyword arguments go to the environment's constructor.
 """
 
 from __future__ import annotations
@@ -23,20 +26,15 @@ VALID_SPECS = (
     "finqa-lite:LEVELS[?shots=N[,LEVEL:N...]] (e.g. finqa-lite:1,2)",
     "finqa:PATH.json",
     "jsonl:PATH[?grader=G.json]",
+    "bfcl:CATEGORY[,CATEGORY...] (e.g. bfcl:multi_turn_base)",
+    "reasoning-gym:NAME[,NAME...][?tools=calc]",
+    "an entry point of group agentrft.envs",
+    "MODULE:CLASS (a module on PYTHONPATH)",
 )
 
 
-def _unknown(spec: str, why: str = "") -> InputError:
+def unknown_env(spec: str, why: str = "") -> InputError:
     return InputError(f"unknown environment {spec!r}{': ' + why if why else ''}; valid: {', '.join(VALID_SPECS)}")
-
-
-def _options(spec: str, query: str, known: tuple[str, ...]) -> dict[str, str]:
-    """A spec's ``?key=value&...`` options (the last value of a repeated key); unknown keys are refused."""
-    params = parse_qs(query, keep_blank_values=True) if query else {}
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise _unknown(spec, f"unknown option(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    return {key: values[-1] for key, values in params.items()}
 
 
 def with_shots(spec: str, shots: str | int | None) -> str:
@@ -69,40 +67,10 @@ def shots_of(spec: str) -> str | None:
 
 
 def make_env(spec: str, **kwargs: Any) -> Environment:
-    base, _, query = spec.strip().partition("?")
-    name, _, rest = base.partition(":")
-    if name == "finqa-lite":
-        from agentrft.envs.finqa.env import FinqaLiteEnv
+    """The environment a spec names (`envs/plugins.py`: entry points, then ``module:Class``); keyword arguments go
+    to its constructor. An unknown or malformed spec is one InputError naming it."""
+    from agentrft.envs.plugins import EnvSpec, build, resolve
 
-        if rest:
-            try:
-                kwargs["levels"] = tuple(int(x) for x in rest.split(","))
-            except ValueError:
-                raise _unknown(spec, "levels must be integers 1-4 separated by commas") from None
-        shots = _options(spec, query, ("shots",)).get("shots")
-        if shots is not None:
-            try:
-                kwargs["shots"] = parse_shots(shots)
-            except InputError as err:
-                raise _unknown(spec, str(err)) from None
-        return FinqaLiteEnv(**kwargs)
-    if name == "finqa":
-        head, _, path = spec.strip().partition(":")
-        if "?" in head:  # `finqa?x:PATH`: finqa takes no options, and the text after `?` would vanish
-            raise _unknown(spec, "finqa takes no options; write finqa:PATH.json")
-        if not path:
-            raise _unknown(spec, "finqa needs a path, e.g. finqa:data/test.json")
-        from agentrft.envs.finqa.json_env import FinqaJsonEnv
-
-        return FinqaJsonEnv(path, **kwargs)
-    if name == "jsonl":
-        path = rest
-        if not path:
-            raise _unknown(spec, "jsonl needs a path, e.g. jsonl:data/train.jsonl")
-        known = {"grader": "grader_spec_path", "tools": "tools_module", "endpoints": "endpoints", "valid": "valid_path"}
-        from agentrft.envs.jsonl import JsonlEnv
-
-        for option, value in _options(spec, query, tuple(known)).items():
-            kwargs.setdefault(known[option], value)
-        return JsonlEnv(path, **kwargs)
-    raise _unknown(spec)
+    parsed = EnvSpec.parse(spec)
+    target, parsed = resolve(parsed)
+    return build(target, parsed, **kwargs)

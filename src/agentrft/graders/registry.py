@@ -63,14 +63,35 @@ def register_grader(type_name: str) -> Callable[[G], G]:
     return deco
 
 
+ENTRY_POINT_GROUP = "agentrft.graders"
+# Grader types that live beside their environment (the benchmark wrappers), as pyproject.toml declares them
+# under the entry-point group (a test keeps the two equal). Their modules are imported when a spec names the
+# type, so loading any other grader imports no environment and no benchmark package.
+PLUGIN_BUILTIN: dict[str, str] = {
+    "bfcl": "agentrft.envs.bfcl.grader",
+    "reasoning_gym": "agentrft.envs.reasoning_gym.grader",
+}
+
+
+def _plugin_types() -> dict[str, str]:
+    """Grader type → module that registers it: the package's own, then installed entry points."""
+    from importlib.metadata import entry_points
+
+    found = dict(PLUGIN_BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found[ep.name] = ep.value.partition(":")[0]
+    return found
+
+
 def grader_types() -> list[str]:
     _ensure_builtin()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) | set(_plugin_types()))
 
 
 def _ensure_builtin() -> None:
     # Importing the modules registers their classes (kept lazy to avoid import cycles).
     from agentrft.graders import (  # noqa: F401
+        env_reward,
         finqa_process,
         model,
         multi,
@@ -80,6 +101,21 @@ def _ensure_builtin() -> None:
         text,
         trajectory,
     )
+
+
+def _load_plugin(kind: str, where: str) -> type[Grader] | None:
+    module = _plugin_types().get(kind)
+    if module is None:
+        return None
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        raise GraderSpecError(
+            _fmt_loc(where, ("type",)), f"grader type {kind!r} could not load ({module}): {type(exc).__name__}: {exc}"
+        ) from None
+    return _REGISTRY.get(kind)
 
 
 def _fmt_loc(prefix: str, loc: tuple[Any, ...]) -> str:
@@ -125,9 +161,11 @@ def build_grader(spec: Any, where: str, options: LoadOptions, *, allow_multi: bo
     if kind is None:
         raise GraderSpecError(_fmt_loc(where, ("type",)), "required field is missing")
     cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
+    if cls is None and isinstance(kind, str):
+        cls = _load_plugin(kind, where)
     if cls is None:
         raise GraderSpecError(
-            _fmt_loc(where, ("type",)), f"unknown grader type {kind!r}; valid types: {', '.join(sorted(_REGISTRY))}"
+            _fmt_loc(where, ("type",)), f"unknown grader type {kind!r}; valid types: {', '.join(grader_types())}"
         )
     if kind == "multi" and not allow_multi:
         raise GraderSpecError(_fmt_loc(where, ("type",)), "multi graders cannot be nested")

@@ -5,12 +5,15 @@ turn has no tool call (its text is the final answer) or a limit is hit:
 
 | stop | status |
 | --- | --- |
-| a turn without tool calls (malformed calls count as calls) | ``completed`` |
+| a turn without tool calls (malformed calls count as calls) that the environment does not answer | ``completed`` |
+| the environment ended the episode after a turn's tool calls (``Episode.finished``) | ``completed`` |
 | ``limits.max_turns`` turns used and the last one still called a tool | ``max_turns`` |
 | a turn ran into its token cap, the episode's total token cap, or the wall time (below) | ``truncated`` |
 | the sampler raised or reported an error; the template cannot be extended | ``error`` |
 
-The tool-call budget is the Episode's: calls past it come back as error results.
+The tool-call budget is the Episode's: calls past it come back as error results. An environment that answers
+a turn without tool calls (``Episode.reply``: a user's next turn, a game's next observation) keeps the episode
+going; what it measured (``Episode.outcome()``) is recorded in ``metadata["env"]`` however the episode ends.
 
 The wall time (``limits.wall_time_s``) guards against hangs, and counts the episode's own time: its clock stops
 while a model call is out, and each model call has the same limit of its own. A batching sampler serves many
@@ -187,20 +190,25 @@ async def run_episode(
     traj.n_prompt_messages = len(traj.messages)
     limits = env.task_limits(task)
     ledger: TokenLedger | None = None
+    episode: Episode | None = None
     try:
+        episode = _guarded(env.start, task)
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s) as deadline:
             clock = _WallClock(deadline, limits.wall_time_s)
             if is_token_sampler(sampler):
                 ledger = TokenLedger()
-                await _token_loop(env, sampler, task, traj, fmt, params, ledger, group_key or group_id or None, clock)
+                key = group_key or group_id or None
+                await _token_loop(env, episode, sampler, task, traj, fmt, params, ledger, key, clock)
             else:
-                await _chat_loop(env, sampler, task, traj, fmt, params, clock)
+                await _chat_loop(env, episode, sampler, task, traj, fmt, params, clock)
     except EpisodeEnd as end:
         traj.status, traj.error = end.status, end.error  # type: ignore[assignment]
     except TimeoutError:
         traj.status, traj.error = "truncated", f"wall time of {limits.wall_time_s:g} s exceeded"
     except TemplateError as exc:
         traj.status, traj.error = "error", str(exc)
+    if episode is not None:
+        _finish_episode(episode, traj)
     if ledger is not None:
         versions = [e.policy_version for e in traj.events if isinstance(e, ModelCallEvent)]
         known = [v for v in versions if v is not None]
@@ -217,6 +225,36 @@ async def run_episode(
     return traj
 
 
+def _guarded(fn: Any, *args: Any) -> Any:
+    """An environment hook's result; whatever the environment's own code raises ends the episode as an error."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise EpisodeEnd("error", f"environment failed in {fn.__name__}: {type(exc).__name__}: {exc}") from None
+
+
+async def _env_reply(episode: Episode, text: str) -> list[Message] | None:
+    try:
+        return await episode.reply(text)
+    except Exception as exc:
+        raise EpisodeEnd("error", f"environment failed in reply: {type(exc).__name__}: {exc}") from None
+
+
+def _finish_episode(episode: Episode, traj: Trajectory) -> None:
+    """Record what the environment measured and release the episode; its failure there is the episode's error."""
+    try:
+        outcome = episode.outcome()
+        if outcome:
+            traj.metadata["env"] = json.loads(json.dumps(outcome, default=str))
+    except Exception as exc:
+        traj.status, traj.error = "error", f"environment failed in outcome: {type(exc).__name__}: {exc}"
+    try:
+        episode.close()
+    except Exception as exc:
+        if traj.status != "error":
+            traj.status, traj.error = "error", f"environment failed in close: {type(exc).__name__}: {exc}"
+
+
 def _turn_params(params: SamplingParams, fmt: ToolFormat, budget: int) -> SamplingParams:
     stop = list(dict.fromkeys([*params.stop, *fmt.stop_strings()]))
     return params.model_copy(update={"max_tokens": budget, "stop": stop})
@@ -224,6 +262,7 @@ def _turn_params(params: SamplingParams, fmt: ToolFormat, budget: int) -> Sampli
 
 async def _token_loop(
     env: Environment,
+    episode: Episode,
     sampler: TokenSampler,
     task: Task,
     traj: Trajectory,
@@ -241,7 +280,6 @@ async def _token_loop(
     ledger.add_prompt(
         list(sampler.render([to_render(m, fmt) for m in traj.messages], tools, add_generation_prompt=True)), turn=0
     )
-    episode = env.start(task)
     for turn in range(limits.max_turns):
         budget = min(params.max_tokens, limits.max_tokens_per_turn, limits.max_total_tokens - len(ledger.ids))
         if budget < 1:  # only the opening prompt can get here; later deltas are checked before appending
@@ -276,19 +314,28 @@ async def _token_loop(
             traj.messages.append(Message(role="assistant", content=result.text))
             raise EpisodeEnd("truncated", f"turn {turn} hit its token limit of {budget}")
         if not parsed.has_calls:
-            traj.messages.append(Message(role="assistant", content=parsed.content))
-            traj.events.append(FinalAnswerEvent(turn=turn, text=parsed.content))
-            traj.status = "completed"
-            return
-        tool_msgs, events, extra = await _call_tools(episode, turn, parsed.tool_calls, parsed.errors)
-        assistant = Message(role="assistant", content=parsed.content or None, tool_calls=[*parsed.tool_calls, *extra])
-        traj.messages += [assistant, *tool_msgs]
-        traj.events += events
+            assistant = Message(role="assistant", content=parsed.content)
+            traj.messages.append(assistant)
+            answer = await _env_reply(episode, parsed.content)
+            if answer is None:
+                traj.events.append(FinalAnswerEvent(turn=turn, text=parsed.content))
+                traj.status = "completed"
+                return
+            follow = answer
+            traj.messages += follow
+        else:
+            follow, events, extra = await _call_tools(episode, turn, parsed.tool_calls, parsed.errors)
+            assistant = Message(
+                role="assistant", content=parsed.content or None, tool_calls=[*parsed.tool_calls, *extra]
+            )
+            traj.messages += [assistant, *follow]
+            traj.events += events
+            if episode.finished:
+                traj.status = "completed"
+                return
         if turn + 1 >= limits.max_turns:
             break
-        next_ids = delta.delta(
-            list(result.token_ids), to_render(assistant, fmt), [to_render(m, fmt) for m in tool_msgs]
-        )
+        next_ids = delta.delta(list(result.token_ids), to_render(assistant, fmt), [to_render(m, fmt) for m in follow])
         if len(ledger.ids) + len(next_ids) >= limits.max_total_tokens:
             # Not appended: the token record holds only what the sampler consumed and produced.
             raise EpisodeEnd("truncated", f"episode token limit of {limits.max_total_tokens} reached")
@@ -298,6 +345,7 @@ async def _token_loop(
 
 async def _chat_loop(
     env: Environment,
+    episode: Episode,
     sampler: ChatSampler,
     task: Task,
     traj: Trajectory,
@@ -307,7 +355,6 @@ async def _chat_loop(
 ) -> None:
     """Endpoint without token ids (eval only): OpenAI messages and tools go to the endpoint as they are."""
     limits = env.task_limits(task)
-    episode = env.start(task)
     for turn in range(limits.max_turns):
         result = await clock.model_call(
             sampler.chat(
@@ -337,11 +384,18 @@ async def _chat_loop(
             traj.messages.append(msg)
             if result.finish_reason == "length":
                 raise EpisodeEnd("truncated", f"turn {turn} hit its token limit")
-            traj.events.append(FinalAnswerEvent(turn=turn, text=msg.text()))
-            traj.status = "completed"
-            return
+            answer = await _env_reply(episode, msg.text())
+            if answer is None:
+                traj.events.append(FinalAnswerEvent(turn=turn, text=msg.text()))
+                traj.status = "completed"
+                return
+            traj.messages += answer
+            continue
         tool_msgs, events, extra = await _call_tools(episode, turn, calls, errors)
         msg.tool_calls = [*calls, *extra]
         traj.messages += [msg, *tool_msgs]
         traj.events += events
+        if episode.finished:
+            traj.status = "completed"
+            return
     raise EpisodeEnd("max_turns", f"{limits.max_turns} turns used without a final answer")

@@ -26,6 +26,8 @@ from agentrft.envs.finqa.expert import (
 )
 from agentrft.envs.finqa.program import program_to_infix
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
+from agentrft.envs.plugins import EnvSpec
+from agentrft.envs.registry import parse_shots
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
@@ -126,6 +128,22 @@ class FinqaLiteEnv(Environment):
         self.index = DocumentIndex(self.data.documents(), page_chars=page_chars)
         self.tool_max_output_chars = tool_max_output_chars
         self._examples: dict[int, list[Message]] = {}
+
+    @classmethod
+    def from_spec(cls, spec: EnvSpec, **kwargs: Any) -> FinqaLiteEnv:
+        """``finqa-lite[:LEVELS][?shots=N[,LEVEL:N...]]``, e.g. ``finqa-lite:1,2?shots=0``."""
+        if spec.arg:
+            try:
+                kwargs["levels"] = tuple(int(x) for x in spec.arg.split(","))
+            except ValueError:
+                raise spec.error("levels must be integers 1-4 separated by commas") from None
+        shots = spec.known("shots").get("shots")
+        if shots is not None:
+            try:
+                kwargs["shots"] = parse_shots(shots)
+            except InputError as err:
+                raise spec.error(str(err)) from None
+        return cls(**kwargs)
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT

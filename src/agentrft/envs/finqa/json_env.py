@@ -18,6 +18,7 @@ from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.finqa.dataset import FinqaRecord, load_finqa_json
 from agentrft.envs.finqa.env import LEVEL_LIMITS, SYSTEM_PROMPT
 from agentrft.envs.finqa.tools import Document, DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
+from agentrft.envs.plugins import EnvSpec
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.types import Message, Task
 
@@ -54,6 +55,16 @@ class FinqaJsonEnv(Environment):
         self.limits = limits or LEVEL_LIMITS[3]
         self.index = DocumentIndex([record_document(r) for r in self.records], page_chars=page_chars)
         self._tasks = [self._task(r) for r in self.records]
+
+    @classmethod
+    def from_spec(cls, spec: EnvSpec, **kwargs: Any) -> FinqaJsonEnv:
+        """``finqa:PATH.json``; no options."""
+        if "?" in spec.text.partition(":")[0]:  # `finqa?x:PATH`: the text after `?` would vanish
+            raise spec.error("finqa takes no options; write finqa:PATH.json")
+        path = spec.text.partition(":")[2]  # the whole rest: a path may hold '?'
+        if not path:
+            raise spec.error("finqa needs a path, e.g. finqa:data/test.json")
+        return cls(path, **kwargs)
 
     def _task(self, record: FinqaRecord) -> Task:
         doc = record_document(record)

@@ -1,0 +1,161 @@
+"""BFCL through agentrft equals BFCL scored by its own package: each stored output (ground truth, wrong variants,
+SmolLM2-135M's recorded episodes) is played through the agent loop by a scripted endpoint, graded by the `bfcl`
+grader, and compared with the verdict of the package's own file runners on the same output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("bfcl_eval")
+
+from agentrft.envs import make_env
+from agentrft.envs.bfcl import package
+from agentrft.envs.bfcl.env import BfclEnv, held_out
+from agentrft.envs.bfcl.grader import model_result
+from agentrft.graders import load_grader
+from agentrft.inputs import InputError
+from agentrft.rollout.agent import run_episode
+from agentrft.samplers.base import ChatResult, SamplingParams
+from agentrft.types import Task
+
+OUTPUTS = json.loads(Path(__file__).with_name("bfcl_outputs.json").read_text())
+PARAMS = SamplingParams(temperature=1.0, max_tokens=256)
+
+
+class ReplayChat:
+    """Replies with a stored output's steps in order: calls as tool_calls, text as content."""
+
+    policy, policy_version = "stored", 0
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = list(steps)
+
+    async def chat(self, messages: Any, tools: Any, params: Any) -> ChatResult:
+        if not self.steps:
+            raise RuntimeError("the stored output has no more steps")
+        step = self.steps.pop(0)
+        if isinstance(step, str):
+            return ChatResult({"role": "assistant", "content": step}, "stop")
+        calls = [
+            {"id": f"c{uuid.uuid4().hex[:8]}", "type": "function", "function": {"name": name, "arguments": raw}}
+            for call in step
+            for name, raw in call.items()
+        ]
+        return ChatResult({"role": "assistant", "content": None, "tool_calls": calls}, "stop")
+
+
+@pytest.fixture(scope="module")
+def tasks() -> dict[str, Task]:
+    categories = sorted({o["category"] for o in OUTPUTS})
+    env = make_env("bfcl:" + ",".join(categories))
+    return {t.id: t for split in ("train", "held-out") for t in env.tasks(split)}
+
+
+def official_verdict(output: dict[str, Any], task: Task, score_dir: Path) -> bool:
+    """The package's own file runner on one output (the path `bfcl evaluate` takes), its accuracy as a verdict."""
+    b = package.bfcl()
+    category, entry, truth = output["category"], json.loads(json.dumps(task.data["bfcl"])), task.data["truth"]
+    results = [{"id": output["id"], "result": output["result"]}]
+    if category in package.MULTI_TURN:
+        name = f"official_{uuid.uuid4().hex}"
+        try:
+            accuracy, _ = b.runner.multi_turn_runner(b.handler, results, [entry], [truth], name, category, score_dir)
+        finally:
+            package.release(name)
+    elif truth is None:
+        accuracy, _ = b.runner.relevance_file_runner(
+            b.handler, results, [entry], package.CHECKER_MODEL, category, score_dir
+        )
+    else:
+        accuracy, _ = b.runner.ast_file_runner(
+            b.handler, results, [entry], [truth], category, package.CHECKER_MODEL, score_dir
+        )
+    return accuracy == 1
+
+
+def play(output: dict[str, Any], task: Task) -> Any:
+    env = BfclEnv([output["category"]])
+    result = output["result"]
+    steps = [s for turn in result for s in turn] if output["category"] in package.MULTI_TURN else [result]
+    return asyncio.run(run_episode(env, ReplayChat(steps), task, params=PARAMS))
+
+
+def test_the_stored_outputs_cover_enough_tasks_and_categories() -> None:
+    assert len({o["id"] for o in OUTPUTS}) >= 30
+    assert {o["category"] for o in OUTPUTS} >= {
+        *package.MULTI_TURN,
+        "simple_python",
+        "multiple",
+        "parallel",
+        "parallel_multiple",
+        "irrelevance",
+    }
+
+
+@pytest.mark.parametrize("output", OUTPUTS, ids=[f"{o['id']}-{o['kind']}-{i}" for i, o in enumerate(OUTPUTS)])
+def test_agentrfts_grade_equals_the_packages_verdict(
+    output: dict[str, Any], tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    task = tasks[output["id"]]
+    traj = play(output, task)
+    recorded = model_result(traj, task.data)
+    if output["kind"] == "missing_turn":  # the episode served the next user turn before its endpoint ran dry:
+        assert traj.status == "error" and recorded == [*output["result"], []]  # a turn begun and cut off, as the
+    else:  # benchmark's inference records a force-quit turn
+        assert recorded == output["result"]  # the episode is recorded as the handler records it
+    grade = load_grader({"type": "bfcl"}).grade(traj, task.data)
+    assert not grade.errors
+    assert grade.success is official_verdict(output, task, tmp_path)
+    if output["kind"] == "truth":
+        assert grade.success  # the ground truth passes, as a sanity check of the replay itself
+
+
+def test_multi_turn_tools_run_on_the_benchmarks_state_and_turns_follow_replies(tasks: dict[str, Task]) -> None:
+    output = next(o for o in OUTPUTS if o["category"] == "multi_turn_base" and o["kind"] == "truth")
+    traj = play(output, tasks[output["id"]])
+    assert traj.status == "completed"
+    users = [m for m in traj.messages[traj.n_prompt_messages :] if m.role == "user"]
+    assert len(users) == len(output["result"]) - 1  # the first user turn is the prompt's
+    assert all(e.error is None for e in traj.tool_calls)
+    assert traj.metadata["env"] == {"user_turns_served": len(output["result"]), "user_turns": len(output["result"])}
+
+
+def test_miss_func_offers_the_held_out_functions_at_their_turn(tasks: dict[str, Task]) -> None:
+    output = next(o for o in OUTPUTS if o["category"] == "multi_turn_miss_func" and o["kind"] == "truth")
+    task = tasks[output["id"]]
+    ((turn, missed),) = task.data["bfcl"]["missed_function"].items()
+    names = {f["name"] for f in missed}
+    offered = {s["function"]["name"] for s in BfclEnv(["miss_func"]).task_tool_schemas(task)}
+    assert not names & offered
+    traj = play(output, task)
+    users = [m for m in traj.messages[traj.n_prompt_messages :] if m.role == "user"]
+    assert all(n in users[int(turn) - 1].text() for n in names)
+
+
+def test_unsafe_calls_are_refused_not_evaluated(tasks: dict[str, Task]) -> None:
+    task = next(t for t in tasks.values() if t.data["category"] == "multi_turn_base")
+    episode = BfclEnv(["multi_turn_base"]).start(task)
+    evil = {"a=1) or __import__('os').getpid() or (": 1}
+    result = asyncio.run(episode.call_tool("ls", evil))
+    assert result.error_kind == "bad_arguments"
+    result = asyncio.run(episode.call_tool("__import__", {}))
+    assert result.error_kind == "unknown_tool"
+    episode.close()
+
+
+def test_the_split_is_fixed_by_task_id() -> None:
+    env = make_env("bfcl:simple")
+    held = env.tasks("held-out")
+    assert held and all(held_out(t.id) for t in held) and not any(held_out(t.id) for t in env.tasks("train"))
+    assert 0.15 < len(held) / (len(held) + len(env.tasks("train"))) < 0.35
+
+
+def test_an_unknown_category_is_refused_with_the_valid_ones() -> None:
+    with pytest.raises(InputError, match="unknown BFCL category 'nope'.*multi_turn_base"):
+        make_env("bfcl:nope")
