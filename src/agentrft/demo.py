@@ -1,12 +1,17 @@
 """`agentrft demo`: the whole loop on embedded defaults, on a laptop CPU.
 
 held-out baseline eval -> GRPO training -> held-out eval again -> before/after table
-and an HTML report, all in one run directory:
+and an HTML report, all in one run directory. With ``env`` (`agentrft demo --env SPEC`) the same loop learns
+any environment from rewards alone (preset ``self-improve``: GRPO with the curriculum over the environment's
+levels, from the base policy, no demonstrations); with ``expert_iteration`` a stage of rejection-sampling
+fine-tuning on the policy's own successes (preset ``self-improve-ei``, its options as ``ei.KEY=V``) comes
+before GRPO. The summary holds per-level pass rates and a paired test per level (same tasks, before vs after):
 
     RUN_DIR/agentrft.db      the store (eval runs "baseline" and "final", training rollouts, step metrics)
     RUN_DIR/metrics.jsonl    per-step training metrics
     RUN_DIR/config.yaml      the training config actually used
-    RUN_DIR/demo.json        the before/after summary
+    RUN_DIR/demo.json        the before/after summary (per level and paired tests too)
+    RUN_DIR/expert-iteration the rejection-sampling stage's run dir, where it ran
     RUN_DIR/report.html      the report (see agentrft.eval.report)
 
 Both evals sample at the training temperature (0.7): pass@1 is the unbiased
@@ -68,20 +73,56 @@ class DemoResult:
         ]
         return rows
 
+    def per_level(self) -> dict[str, dict[str, Any]]:
+        """Per level: pass@1 before and after, and the paired sign-flip test over the level's tasks."""
+        from agentrft.eval.metrics import paired_test
+
+        def key(task: Any) -> str:
+            return "all" if task.level is None else str(task.level)
+
+        out: dict[str, dict[str, Any]] = {}
+        levels = sorted({key(t) for t in self.before.per_task}, key=lambda lv: (len(lv), lv))
+        for level in levels:
+            rates = [
+                {t.task_id: t.success_rate for t in r.per_task if key(t) == level} for r in (self.before, self.after)
+            ]
+            test = paired_test(rates[0], rates[1])
+            out[level] = {
+                "n_tasks": test.n_tasks,
+                "before": test.mean_a,
+                "after": test.mean_b,
+                "diff": test.diff,
+                "p_value": test.p_value,
+                "better": test.wins_b,
+                "worse": test.wins_a,
+            }
+        return out
+
     def summary(self) -> dict[str, Any]:
         return {
             "run_dir": str(self.run_dir),
             "train_steps": self.train_steps,
             "seconds": self.seconds,
+            "per_level": self.per_level(),
             "before": self.before.model_dump(mode="json", exclude={"per_task"}),
             "after": self.after.model_dump(mode="json", exclude={"per_task"}),
         }
 
 
+def _has_levels(tasks: list[Any]) -> bool:
+    return bool(tasks) and all(isinstance(t.data.get("level"), int) for t in tasks)
+
+
 def run_demo(
-    run_dir: Path, settings: DemoSettings, overrides: list[str] | None = None, progress: bool = True
+    run_dir: Path,
+    settings: DemoSettings,
+    overrides: list[str] | None = None,
+    progress: bool = True,
+    *,
+    env: str | None = None,
+    expert_iteration: bool = False,
 ) -> DemoResult:
-    """Baseline eval, GRPO training, final eval, report — on one in-process policy."""
+    """Baseline eval, (expert iteration,) GRPO training, final eval, report — on one in-process policy."""
     from agentrft.envs.registry import make_env
     from agentrft.eval.harness import evaluate
     from agentrft.eval.report import write_report
@@ -89,16 +130,33 @@ def run_demo(
     from agentrft.samplers.base import SamplingParams
     from agentrft.samplers.policies import load_trainable_policy
     from agentrft.store import RUN_STORE_NAME, Store
-    from agentrft.train.config import PRESETS, build_config
+    from agentrft.train.config import PRESETS, ConfigError, build_config
     from agentrft.train.loop import Components, train
 
-    preset = "demo-quick" if settings.quick else "demo"
-    cfg = build_config(PRESETS[preset], overrides or [], source=f"demo (preset {preset})")
+    preset = ("demo-quick" if settings.quick else "demo") if env is None else "self-improve"
+    quick = ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"] if settings.quick and env else []
+    given = [f"rollout.env={env}"] if env else []
+    ei_over = [o.removeprefix("ei.") for o in overrides or [] if o.startswith("ei.")]
+    grpo_over = [o for o in overrides or [] if not o.startswith("ei.")]
+    if ei_over and not expert_iteration:
+        raise ConfigError("ei.KEY=V options set the expert-iteration stage; add --expert-iteration")
+    cfg = build_config(PRESETS[preset], [*given, *quick, *grpo_over], source=f"demo (preset {preset})")
+    ei_cfg = None
+    if expert_iteration:
+        ei_quick = ["steps=2", "rejection_sampling.tasks_per_round=4", "rollout.group_size=4"] if settings.quick else []
+        shared = [f"rollout.env={cfg.rollout.env}", f"policy.name={cfg.policy.name}", f"seed={cfg.seed}"]
+        ei_cfg = build_config(
+            PRESETS["self-improve-ei"], [*shared, *ei_quick, *ei_over], source="demo (preset self-improve-ei)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    env = make_env(cfg.rollout.env)
-    grader = load_grader(cfg.rollout.grader or env.grader_spec())
+    environment = make_env(cfg.rollout.env)
+    if env and cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
+        # the curriculum draws by level; an environment whose tasks have none is drawn by the seeded shuffle
+        off = "rollout.curriculum.enabled=false"
+        cfg = build_config(PRESETS[preset], [*given, *quick, *grpo_over, off], source=f"demo (preset {preset})")
+    grader = load_grader(cfg.rollout.grader or environment.grader_spec())
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
@@ -108,7 +166,7 @@ def run_demo(
         sampler.reseed(cfg.seed + 7919)  # both evals draw from the same sampler seed stream
         start = time.perf_counter()
         result = evaluate(
-            env,
+            environment,
             sampler,
             split="held-out",
             samples=settings.eval_samples,
@@ -126,12 +184,26 @@ def run_demo(
         return result
 
     before = held_out("baseline")
+    steps = 0
+    if ei_cfg is not None:  # the policy's own successes, fine-tuned on in rounds; GRPO goes on from these weights
+        start = time.perf_counter()
+        ei_store = Store(run_dir / "expert-iteration" / RUN_STORE_NAME)
+        stage = train(
+            ei_cfg,
+            run_dir / "expert-iteration",
+            components=Components(environment, sampler, grader, ei_store),
+            progress=progress,
+        )
+        ei_store.close()
+        steps += stage.steps
+        seconds["expert_iteration"] = time.perf_counter() - start
     start = time.perf_counter()
-    trained = train(cfg, run_dir, components=Components(env, sampler, grader, store), progress=progress)
+    trained = train(cfg, run_dir, components=Components(environment, sampler, grader, store), progress=progress)
+    steps += trained.steps
     seconds["train"] = time.perf_counter() - start
     after = held_out("final")
     seconds["total"] = time.perf_counter() - t0
-    result = DemoResult(run_dir=run_dir, before=before, after=after, train_steps=trained.steps, seconds=seconds)
+    result = DemoResult(run_dir=run_dir, before=before, after=after, train_steps=steps, seconds=seconds)
     (run_dir / "demo.json").write_text(json.dumps(result.summary(), indent=2))
     write_report(run_dir)
     store.close()

@@ -44,7 +44,7 @@ def test_spec_error_names_json_path() -> None:
     assert str(e.value) == "graders.acc.operation: must be one of eq, ne, like, ilike"
     with pytest.raises(GraderSpecError, match=r"^graders\.acc\.colour: unknown field"):
         load_grader({"type": "multi", "graders": {"acc": {**sc("eq"), "colour": 1}}, "calculate_output": "acc"})
-    with pytest.raises(GraderSpecError, match="valid types: answered, efficiency"):
+    with pytest.raises(GraderSpecError, match="valid types: answered, bfcl, efficiency"):
         load_grader({"type": "regex"})
     with pytest.raises(GraderSpecError, match="^reference: required field is missing"):
         load_grader({"type": "string_check", "input": "x", "operation": "eq"})

@@ -38,6 +38,19 @@ def demo_cmd(
     resume: bool = typer.Option(
         False, "--resume", help="With --agentic: continue a stopped recipe in --run-dir (finished stages are kept)."
     ),
+    env: str = typer.Option(
+        None,
+        "--env",
+        help="Learn this environment from rewards alone (preset self-improve: GRPO with the curriculum over its "
+        "levels, from the base policy, no demonstrations), e.g. 'reasoning-gym:chain_sum?tools=calc' or "
+        "'bfcl:simple'; the table adds pass@1 per level with a paired test.",
+    ),
+    expert_iteration: bool = typer.Option(
+        False,
+        "--expert-iteration",
+        help="With --env: first fine-tune on the policy's own successes (rejection sampling, preset "
+        "self-improve-ei; --set ei.KEY=V), then GRPO.",
+    ),
     agentic: bool = typer.Option(
         False,
         "--agentic",
@@ -52,11 +65,18 @@ def demo_cmd(
     from rich.table import Table
 
     from agentrft.demo import run_demo
+    from agentrft.inputs import InputError
     from agentrft.train.config import ConfigError
 
     if agentic:
+        if env or expert_iteration:
+            typer.echo("error: --agentic is finqa-lite's recipe; --env/--expert-iteration are not for it", err=True)
+            raise typer.Exit(2)
         _agentic(quick, run_dir, list(set_), eval_tasks, eval_samples, as_json, resume)
         return
+    if expert_iteration and not env:
+        typer.echo("error: --expert-iteration needs --env (the environment to learn)", err=True)
+        raise typer.Exit(2)
     if resume:
         typer.echo("error: --resume continues an --agentic recipe (a plain demo is re-run from the start)", err=True)
         raise typer.Exit(2)
@@ -67,23 +87,43 @@ def demo_cmd(
         settings.eval_samples = eval_samples
     run_dir = run_dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = run_demo(run_dir, settings, list(set_), progress=not as_json)
-    except ConfigError as err:
+        result = run_demo(
+            run_dir, settings, list(set_), progress=not as_json, env=env, expert_iteration=expert_iteration
+        )
+    except (ConfigError, InputError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if as_json:
         typer.echo(json.dumps(result.summary()))
         return
-    table = Table(title=f"finqa-lite held-out, before vs after {result.train_steps} GRPO steps")
+    title = env or "finqa-lite"
+    table = Table(title=f"{title} held-out, before vs after {result.train_steps} training steps")
     for col in ("metric", "before", "after"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     for row in result.table_rows():
         table.add_row(*row)
     console = Console()
     console.print(table)
+    if env:
+        levels = Table(title="pass@1 per level, paired sign-flip test over its tasks")
+        for col in ("level", "tasks", "before", "after", "p", "better / worse"):
+            levels.add_column(col, justify="right")
+        for level, row in result.summary()["per_level"].items():
+            levels.add_row(
+                level,
+                str(row["n_tasks"]),
+                f"{row['before']:.3f}",
+                f"{row['after']:.3f}",
+                f"{row['p_value']:.2g}",
+                f"{row['better']} / {row['worse']}",
+            )
+        console.print(levels)
+    ei = (
+        f"expert iteration {result.seconds['expert_iteration']:.0f} s, " if "expert_iteration" in result.seconds else ""
+    )
     console.print(
         f"wall time {result.seconds['total']:.0f} s "
-        f"(baseline eval {result.seconds['eval_baseline']:.0f} s, training {result.seconds['train']:.0f} s, "
+        f"(baseline eval {result.seconds['eval_baseline']:.0f} s, {ei}training {result.seconds['train']:.0f} s, "
         f"final eval {result.seconds['eval_final']:.0f} s)"
     )
     console.print(f"run dir {run_dir}  ·  report {run_dir / 'report.html'}")

@@ -134,6 +134,12 @@ def eval_command(
         "memory and prefill time on a CPU that multiplies bf16 natively, ~3x slower elsewhere; auto picks bf16 "
         "on such a CPU only).",
     ),
+    tool_format: str = typer.Option(
+        "xml",
+        "--tool-format",
+        help="How tool calls look in the model's text: xml (one call per turn), hermes (<tool_call> JSON, several "
+        "per turn) or native (the chat template's tools).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
 ) -> None:
     """Evaluate a policy: pass@k, pass^k, reward CI, tool use, cost per success, failure categories."""
@@ -167,6 +173,10 @@ def eval_command(
                 raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
             if (why := agent.missing_program()) is not None:
                 raise fail(f"--agent-command: {why}", 2)
+        from agentrft.rollout.formats import FORMAT_NAMES
+
+        if tool_format not in FORMAT_NAMES:
+            raise fail(f"--tool-format: expected one of {', '.join(FORMAT_NAMES)}, got {tool_format!r}", 2)
         if precision not in PRECISIONS:
             raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
         if precision != "fp32" and not is_in_process(policy):
@@ -201,6 +211,7 @@ def eval_command(
                 progress=not as_json,
                 player=player,
                 agent_command=agent_command,
+                tool_format=tool_format,
             )
         finally:
             store.close()

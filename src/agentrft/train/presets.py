@@ -184,6 +184,39 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rollout": {**_DEMO["rollout"]},
         "checkpoint": {"every_steps": 4, "keep_last": 1},
     },
+    # Learning from rewards alone (`agentrft demo --env SPEC`, recipes/self_improve.py): no demonstrations, no
+    # expert; the base policy's own graded rollouts. GRPO as the demo's (lr 3e-5, 4 tasks x 8 samples), with the
+    # curriculum over the environment's levels (a reasoning-gym dataset, a BFCL category, a finqa-lite level) all
+    # open from the start and weighed by p(1-p) of their rolling pass rates, so the steps go where groups are mixed.
+    "self-improve": {
+        **_DEMO,
+        "steps": 12,
+        "rollout": {
+            **_DEMO["rollout"],
+            "max_tokens": 96,
+            "curriculum": {
+                "enabled": True,
+                "window": 32,
+                "min_episodes": 8,
+                "keep_share": 0.2,
+                "start_unlocked": 99,
+                "weighting": "learnability",
+                "stratified": True,
+            },
+        },
+    },
+    # Expert iteration's first stage (`agentrft demo --env SPEC --expert-iteration`): rejection-sampling fine-tuning
+    # on the policy's own successes (the best success of each task), before the GRPO stage above.
+    "self-improve-ei": {
+        **_SFT,
+        "method": "rejection_sampling",
+        "steps": 8,
+        "data": {"success_only": True, "best_of_n": 1},
+        "rejection_sampling": {"steps_per_round": 2, "tasks_per_round": 32},
+        "sft": {"batch_size": 8},
+        "rollout": {**_DEMO["rollout"], "max_tokens": 96},
+        "checkpoint": {"every_steps": 0, "keep_last": 1},
+    },
     # Minutes, not hours: a smoke run of the same pipeline.
     "demo-quick": {
         **_DEMO,

@@ -52,8 +52,9 @@ def calculate(expression: str) -> str:
     Args:
         expression: numbers with + - * / ^ and parentheses.
     """
+    left = expression.split("=", 1)[0]  # "3 + 4 =" or "3 + 4 = 8": the expression is what stands before "="
     try:
-        value = evaluate(parse(expression, _CALC_SYNTAX))
+        value = evaluate(parse(left, _CALC_SYNTAX))
     except ArithError as exc:
         raise ValueError(str(exc)) from None
     if math.isfinite(value) and value == int(value) and abs(value) < 1e15:

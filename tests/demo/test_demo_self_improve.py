@@ -1,0 +1,46 @@
+"""`agentrft demo --env SPEC [--expert-iteration]`: any environment learned from rewards alone (tiny policy)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentrft.demo import DemoSettings, run_demo
+from agentrft.train.config import ConfigError
+
+TINY = ["policy.name=tiny", "policy.gradient_checkpointing=false", "policy.precision=fp32"]
+
+
+@pytest.fixture
+def guess_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "envs" / "plugins"))
+    return "guess_env:GuessEnv?size=4&train=8&test=3"
+
+
+def test_expert_iteration_then_grpo_on_a_users_env(tmp_path: Path, guess_env: str) -> None:
+    settings = DemoSettings(quick=True, eval_tasks=3, eval_samples=2)
+    result = run_demo(
+        tmp_path / "run",
+        settings,
+        [*TINY, "ei.rollout.max_tokens=8", "rollout.max_tokens=8"],
+        progress=False,
+        env=guess_env,
+        expert_iteration=True,
+    )
+    assert result.train_steps == 4  # 2 of expert iteration, 2 of GRPO (quick)
+    summary = json.loads((tmp_path / "run" / "demo.json").read_text())
+    (level,) = summary["per_level"]  # a text env's tasks have no level: one row for all
+    row = summary["per_level"][level]
+    assert row["n_tasks"] == 3 and 0.0 <= row["p_value"] <= 1.0
+    assert summary["before"]["n_trajectories"] == summary["after"]["n_trajectories"] == 6
+    assert {"expert_iteration", "train", "eval_baseline", "eval_final"} <= set(summary["seconds"])
+    assert (tmp_path / "run" / "expert-iteration" / "metrics.jsonl").is_file()
+    ei_config = (tmp_path / "run" / "expert-iteration" / "config.yaml").read_text()
+    assert "rejection_sampling" in ei_config and "guess_env:GuessEnv" in ei_config
+
+
+def test_stage_options_without_the_stage_are_refused(tmp_path: Path, guess_env: str) -> None:
+    with pytest.raises(ConfigError, match="add --expert-iteration"):
+        run_demo(tmp_path / "run", DemoSettings.preset(True), ["ei.steps=1"], progress=False, env=guess_env)
