@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("bfcl_eval")
-
 from agentrft.envs import make_env
 from agentrft.envs.bfcl import package
 from agentrft.envs.bfcl.env import BfclEnv, held_out

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-rg = pytest.importorskip("reasoning_gym")
+import reasoning_gym as rg
 
 from agentrft.envs import make_env
 from agentrft.envs.reasoning_gym.env import calculate
