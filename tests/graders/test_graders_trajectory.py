@@ -95,6 +95,8 @@ def test_tool_graders() -> None:
     assert load_grader({"type": "tool_called", "tool": "search"}).grade(t, item).reward == 1.0
     assert load_grader({"type": "tool_called", "tool": "open", "successful": True}).grade(t, item).reward == 0.0
     assert load_grader({"type": "tool_called", "tool": "search", "min_calls": 2}).grade(t, item).reward == 0.0
+    assert load_grader({"type": "tool_called", "min_calls": 3}).grade(t, item).reward == 1.0  # any tool
+    assert load_grader({"type": "tool_called", "min_calls": 3, "successful": True}).grade(t, item).reward == 0.0
     match = {"type": "tool_arguments_match", "tool": "search", "arguments": {"query": "{{ item.company }}"}}
     assert load_grader(match).grade(t, item).reward == 0.0
     assert load_grader({**match, "ignore_case": True}).grade(t, item).reward == 1.0

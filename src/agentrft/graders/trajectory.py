@@ -1,8 +1,8 @@
 """Graders of how an agent worked, read from its trajectory (tool calls, turns, tokens).
 
 - `answered`: 1 when the episode ended with a non-empty final answer.
-- `tool_called`: 1 when tool `tool` was called at least `min_calls` times (successful ones only if
-  `successful`). Capped at 1: repeating a call never earns more.
+- `tool_called`: 1 when tool `tool` (any tool when `tool` is not given) was called at least `min_calls` times
+  (successful ones only if `successful`). Capped at 1: repeating a call never earns more.
 - `tool_arguments_match`: 1 when some call of `tool` has every expected argument (values templated,
   compared after JSON normalisation; strings case-insensitively if `ignore_case`).
 - `no_tool_errors`: 1 when no tool call failed (`mode: all`), or the fraction that succeeded (`fraction`);
@@ -100,7 +100,7 @@ class AnsweredGrader(_Simple):
 
 class ToolCalledSpec(SpecBase):
     type: Literal["tool_called"]
-    tool: str
+    tool: str | None = None  # None: any tool (with `successful`, any tool the episode offered and ran)
     min_calls: int = Field(default=1, ge=1)
     successful: bool = False
 
@@ -109,7 +109,9 @@ class ToolCalledSpec(SpecBase):
 class ToolCalledGrader(_Simple):
     Spec = ToolCalledSpec
 
-    def __init__(self, name: str, tool: str, min_calls: int, successful: bool, pass_threshold: float | None) -> None:
+    def __init__(
+        self, name: str, tool: str | None, min_calls: int, successful: bool, pass_threshold: float | None
+    ) -> None:
         super().__init__(name, pass_threshold)
         self.tool, self.min_calls, self.successful = tool, min_calls, successful
 
@@ -121,7 +123,7 @@ class ToolCalledGrader(_Simple):
         n = sum(
             1
             for name, _, ok in _calls(sample, self.successful, self.name)
-            if name == self.tool and (ok or not self.successful)
+            if (self.tool is None or name == self.tool) and (ok or not self.successful)
         )
         return Score(1.0 if n >= self.min_calls else 0.0)
 

@@ -157,3 +157,17 @@ def test_the_split_is_fixed_by_task_id() -> None:
 def test_an_unknown_category_is_refused_with_the_valid_ones() -> None:
     with pytest.raises(InputError, match="unknown BFCL category 'nope'.*multi_turn_base"):
         make_env("bfcl:nope")
+
+
+def test_a_worked_example_is_in_the_prompt_only_when_asked_for_and_never_graded(tasks: dict[str, Task]) -> None:
+    output = next(o for o in OUTPUTS if o["category"] == "simple_python" and o["kind"] == "truth")
+    task = tasks[output["id"]]
+    assert BfclEnv(["simple"]).few_shot() == [] and make_env("bfcl:simple").few_shot() == []
+    env = make_env("bfcl:simple?shots=1")
+    opening = env.initial_messages(task)
+    assert [m.role for m in opening] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    traj = asyncio.run(run_episode(env, ReplayChat([output["result"]]), task, params=PARAMS))
+    assert model_result(traj, task.data) == output["result"]
+    assert load_grader({"type": "bfcl"}).grade(traj, task.data).success
+    with pytest.raises(InputError, match="shots must be 0 or 1"):
+        make_env("bfcl:simple?shots=2")

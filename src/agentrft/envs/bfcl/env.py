@@ -18,7 +18,9 @@ An episode is played as the benchmark defines it, in the policy's tool-call form
 
 Grading is the package's own evaluator on the episode's calls (``bfcl`` grader, `grader.py`), so a score here
 is the official one on the same outputs. Split: a task is ``held-out`` when the SHA-256 of its id is 0 mod 4
-(about a quarter of each category), else ``train``; fixed by id, whatever the categories named.
+(about a quarter of each category), else ``train``; fixed by id, whatever the categories named. ``?shots=1``
+puts one worked example of a call (on a function no category has) in the prompt; the benchmark's own prompt
+is zero-shot, the default.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from agentrft.envs.plugins import EnvSpec
 from agentrft.inputs import InputError
 from agentrft.tools.base import ToolResult
 from agentrft.tools.registry import error_result
-from agentrft.types import Message, Task
+from agentrft.types import Message, Task, ToolCall, ToolCallFunction
 
 SPLITS = ("train", "held-out")
 SYSTEM_PROMPT = (
@@ -42,6 +44,10 @@ SYSTEM_PROMPT = (
     "no function fits it or an argument is missing, reply in plain text without a function call."
 )
 RECORDED = "The call was recorded."
+# A worked example of the call format (`?shots=1`), on a function no category offers; the benchmark itself
+# prompts zero-shot (the default).
+EXAMPLE_QUESTION = "What will the weather be in Paris tomorrow, in celsius?"
+EXAMPLE_CALL = ("get_weather_forecast", {"city": "Paris", "days_ahead": 1, "unit": "celsius"})
 STEPS_PER_TURN = 5  # assistant turns a user turn may take (the benchmark allows 20; a small model loops)
 
 
@@ -53,8 +59,11 @@ class BfclEnv(Environment):
     name = "bfcl"
     version = "4"
 
-    def __init__(self, categories: list[str], *, limits: EnvLimits | None = None) -> None:
+    def __init__(self, categories: list[str], *, shots: int = 0, limits: EnvLimits | None = None) -> None:
         self.categories = [package.category_name(c) for c in categories]
+        if shots not in (0, 1):
+            raise InputError(f"bfcl shots must be 0 or 1 (one worked example of a call), got {shots}")
+        self.shots = shots
         self.limits = limits or EnvLimits(
             max_turns=1, max_tokens_per_turn=256, max_total_tokens=8192, max_tool_calls=16
         )
@@ -64,12 +73,12 @@ class BfclEnv(Environment):
 
     @classmethod
     def from_spec(cls, spec: EnvSpec, **kwargs: Any) -> BfclEnv:
-        spec.known()
+        spec.known("shots")
         names = [n.strip() for n in spec.arg.split(",") if n.strip()]
         if not names:
             raise spec.error("name one or more BFCL categories, e.g. bfcl:multi_turn_base")
         try:
-            env = cls(names, **kwargs)
+            env = cls(names, shots=spec.int_option("shots", 0), **kwargs)
             package.bfcl()  # a missing package fails here, before any model loads
         except InputError as exc:
             raise spec.error(str(exc)) from None
@@ -95,10 +104,25 @@ class BfclEnv(Environment):
             update={"max_turns": STEPS_PER_TURN * turns, "max_tool_calls": 4 * STEPS_PER_TURN * turns}
         )
 
+    def few_shot(self) -> list[Message]:
+        """With ``shots=1``: one worked example of a call and the reply after it (`EXAMPLE_CALL`)."""
+        if not self.shots:
+            return []
+        name, arguments = EXAMPLE_CALL
+        call = ToolCall(id="example_1", function=ToolCallFunction(name=name, arguments=json.dumps(arguments)))
+        return [
+            Message(role="user", content=EXAMPLE_QUESTION),
+            Message(role="assistant", content=None, tool_calls=[call]),
+            Message(role="tool", tool_call_id="example_1", name=name, content='{"high": 21, "low": 13}'),
+            Message(role="assistant", content="Tomorrow in Paris: a high of 21 and a low of 13 degrees celsius."),
+        ]
+
     def initial_messages(self, task: Task) -> list[Message]:
-        """The system prompt (with a system message the task brings, as the live categories do), then the task's."""
+        """The system prompt (with a system message the task brings, as the live categories do), the worked
+        example where asked for, then the task's messages."""
         system = [self.system_prompt(), *(m.text() for m in task.messages if m.role == "system")]
-        return [Message(role="system", content="\n\n".join(system)), *(m for m in task.messages if m.role != "system")]
+        own = [m for m in task.messages if m.role != "system"]
+        return [Message(role="system", content="\n\n".join(system)), *self.few_shot(), *own]
 
     def grader_spec(self) -> dict[str, Any]:
         return {"type": "bfcl", "name": "bfcl"}
