@@ -144,7 +144,12 @@ def run_demo(
     ei_cfg = None
     if expert_iteration:
         ei_quick = ["steps=2", "rejection_sampling.tasks_per_round=4", "rollout.group_size=4"] if settings.quick else []
-        shared = [f"rollout.env={cfg.rollout.env}", f"policy.name={cfg.policy.name}", f"seed={cfg.seed}"]
+        # the stage plays the same episodes as GRPO: the environment, its tool format, grader and policy settings
+        common = [o for o in grpo_over if o.split("=", 1)[0].split(".")[0] in ("policy", "seed")]
+        common += [
+            o for o in grpo_over if o.startswith(("rollout.grader=", "rollout.tool_format=", "rollout.max_tokens="))
+        ]
+        shared = [f"rollout.env={cfg.rollout.env}", f"policy.name={cfg.policy.name}", f"seed={cfg.seed}", *common]
         ei_cfg = build_config(
             PRESETS["self-improve-ei"], [*shared, *ei_quick, *ei_over], source="demo (preset self-improve-ei)"
         )
@@ -152,6 +157,15 @@ def run_demo(
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     environment = make_env(cfg.rollout.env)
+    if env is not None:  # checked before the policy loads: the evals need held-out tasks the training never sees
+        from agentrft.envs.jsonl import JsonlEnv
+        from agentrft.train.config_check import check_references
+
+        if isinstance(environment, JsonlEnv) and environment._valid is None:
+            raise ConfigError(f"{env}: a jsonl environment's held-out split is its training file; add ?valid=FILE")
+        if not environment.tasks("held-out"):
+            raise ConfigError(f"{env}: the environment has no held-out tasks to evaluate")
+        check_references(cfg)
     if env and cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
         # the curriculum draws by level; an environment whose tasks have none is drawn by the seeded shuffle
         off = "rollout.curriculum.enabled=false"

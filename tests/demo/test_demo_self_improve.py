@@ -44,3 +44,21 @@ def test_expert_iteration_then_grpo_on_a_users_env(tmp_path: Path, guess_env: st
 def test_stage_options_without_the_stage_are_refused(tmp_path: Path, guess_env: str) -> None:
     with pytest.raises(ConfigError, match="add --expert-iteration"):
         run_demo(tmp_path / "run", DemoSettings.preset(True), ["ei.steps=1"], progress=False, env=guess_env)
+
+
+def test_a_jsonl_env_without_a_validation_file_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "2+2?"}], "answer": "4"}\n')
+    with pytest.raises(ConfigError, match=r"add \?valid=FILE"):
+        run_demo(tmp_path / "run", DemoSettings.preset(True), TINY, progress=False, env=f"jsonl:{data}")
+
+
+def test_the_expert_iteration_stage_plays_the_grpo_stages_episodes(tmp_path: Path, guess_env: str) -> None:
+    import yaml
+
+    settings = DemoSettings(quick=True, eval_tasks=2, eval_samples=1)
+    over = [*TINY, "rollout.max_tokens=8", "rollout.tool_format=hermes", "ei.steps=1"]
+    run_demo(tmp_path / "run", settings, over, progress=False, env=guess_env, expert_iteration=True)
+    ei = yaml.safe_load((tmp_path / "run" / "expert-iteration" / "config.yaml").read_text())
+    assert ei["rollout"]["tool_format"] == "hermes" and ei["rollout"]["max_tokens"] == 8
+    assert ei["policy"]["name"] == "tiny" and ei["steps"] == 1

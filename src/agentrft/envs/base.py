@@ -118,6 +118,12 @@ class Environment(ABC):
         environment that serves several kinds of task says otherwise."""
         return self.tool_schemas()
 
+    def task_parse_schemas(self, task: Task) -> list[dict[str, Any]]:
+        """Every tool one task's episode may come to offer, so the tool-call format can read calls to each (an
+        environment that offers more tools mid-episode, as BFCL's miss_func does, names them all here); the
+        prompt lists `task_tool_schemas` only."""
+        return self.task_tool_schemas(task)
+
     def task_limits(self, task: Task) -> EnvLimits:
         """One task's episode limits (turns, tokens, wall time): the environment's unless it says otherwise."""
         return self.limits

@@ -26,6 +26,7 @@ from typing import Any
 from agentrft.envs.base import Environment, EnvLimits
 from agentrft.envs.plugins import EnvSpec
 from agentrft.envs.toolbox_episode import ToolboxEpisode
+from agentrft.inputs import InputError
 from agentrft.tools.registry import Tool, Toolbox
 from agentrft.types import Message, Task
 
@@ -112,10 +113,18 @@ class GymTextEnv(Environment):
             raise spec.error(f"{spec.name} takes no argument after ':' (options go after '?')")
         options = {k: v for k, v in spec.options.items() if k not in ("train", "test")}
         counts = {"n_train": spec.int_option("train", 256, minimum=1), "n_test": spec.int_option("test", 64, minimum=1)}
+        if counts["n_train"] > HELD_OUT_SEED0:
+            raise spec.error(f"train must be at most {HELD_OUT_SEED0:,} (held-out seeds start there)")
         try:
-            return cls(target, name=getattr(target, "name", spec.name), options={**options, **kwargs}, **counts)
+            env = cls(target, name=getattr(target, "name", spec.name), options={**options, **kwargs}, **counts)
+            env.tasks("held-out")  # reset's signature and behaviour checked now, before any model loads
+            return env
         except TypeError as exc:
             raise spec.error(f"{spec.name} does not accept these options: {exc}") from None
+        except InputError:
+            raise
+        except Exception as exc:  # the user's code: what it raises is one line naming the spec
+            raise spec.error(f"{spec.name} failed to start: {type(exc).__name__}: {exc}") from None
 
     def _new(self) -> Any:
         return self.cls(**self.options)
@@ -145,8 +154,6 @@ class GymTextEnv(Environment):
 
     def tasks(self, split: str = "train") -> list[Task]:
         if split not in SPLITS:
-            from agentrft.inputs import InputError
-
             raise InputError(f"unknown split {split!r} of {self.name}; valid splits: {', '.join(SPLITS)}")
         if split not in self._tasks:
             first = 0 if split == "train" else HELD_OUT_SEED0

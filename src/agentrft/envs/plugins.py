@@ -10,8 +10,8 @@ What the name resolves to is built by `build`:
 
 - an object with ``from_spec(spec: EnvSpec, **kwargs)`` (a classmethod) gets the parsed spec and checks it
   (finqa-lite's levels and ``shots``, a benchmark's categories);
-- any other class is called with the options as keyword arguments (strings; the class converts them), and
-  takes no ARG;
+- any other `Environment` class (or an entry point's factory function) is called with the options as keyword
+  arguments (strings; the class converts them), and takes no ARG;
 - a Gymnasium-style text environment class (``reset(seed)`` and ``step(action_text)``) is wrapped by
   `envs.gym_text.GymTextEnv`, which makes one instance per episode (the options are its keyword arguments);
 - the result is an `Environment`.
@@ -107,12 +107,23 @@ def _load(target: str, spec: EnvSpec) -> Any:
 
 
 def resolve(spec: EnvSpec) -> tuple[Any, EnvSpec]:
-    """What a spec names, and the spec its builder sees (for ``module:Class`` the class is no ARG)."""
+    """What a spec names, and the spec its builder sees (for ``module:Class`` the class is no ARG).
+
+    ``module:Class`` must name a class: an `Environment` subclass or a text env. Anything else (a function such
+    as ``os:system``) is refused before it is called: a spec can come from a stored config, and only an
+    installed entry point may name a factory function."""
+    from agentrft.envs.gym_text import is_text_env
+
     names = installed()
     if spec.name in names:
         return _load(names[spec.name], spec), spec
     if spec.arg and _CLASS_PATH.fullmatch(spec.arg) and _CLASS_PATH.fullmatch(spec.name):
         target = _load(f"{spec.name}:{spec.arg}", spec)
+        if not (inspect.isclass(target) and (issubclass(target, Environment) or is_text_env(target))):
+            raise spec.error(
+                f"{spec.name}:{spec.arg} is not an environment class (an Environment subclass, or a class with "
+                "reset(seed) and step(action))"
+            )
         return target, EnvSpec(text=spec.text, name=f"{spec.name}:{spec.arg}", options=spec.options)
     raise spec.error()
 
@@ -133,6 +144,10 @@ def build(target: Any, spec: EnvSpec, **kwargs: Any) -> Environment:
             made = target(**spec.options, **kwargs)
         except TypeError as exc:
             raise spec.error(f"{spec.name} does not accept these options: {exc}") from None
+        except InputError:
+            raise
+        except Exception as exc:  # the user's code: what it raises is one line naming the spec
+            raise spec.error(f"{spec.name} failed to start: {type(exc).__name__}: {exc}") from None
     else:
         raise spec.error(f"{spec.name} is neither an environment class nor a factory")
     if isinstance(made, Environment):

@@ -177,7 +177,7 @@ async def run_episode(
     group_key: str | None = None,
 ) -> Trajectory:
     """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour)."""
-    fmt = make_format(tool_format, env.task_tool_schemas(task))
+    fmt = make_format(tool_format, env.task_parse_schemas(task))
     traj = Trajectory(
         run_id=run_id,
         task_id=task.id,
@@ -207,8 +207,9 @@ async def run_episode(
         traj.status, traj.error = "truncated", f"wall time of {limits.wall_time_s:g} s exceeded"
     except TemplateError as exc:
         traj.status, traj.error = "error", str(exc)
-    if episode is not None:
-        _finish_episode(episode, traj)
+    finally:  # a cancelled or failed episode releases what the environment holds for it too
+        if episode is not None:
+            _finish_episode(episode, traj)
     if ledger is not None:
         versions = [e.policy_version for e in traj.events if isinstance(e, ModelCallEvent)]
         known = [v for v in versions if v is not None]
@@ -235,9 +236,14 @@ def _guarded(fn: Any, *args: Any) -> Any:
 
 async def _env_reply(episode: Episode, text: str) -> list[Message] | None:
     try:
-        return await episode.reply(text)
+        answer = await episode.reply(text)
     except Exception as exc:
         raise EpisodeEnd("error", f"environment failed in reply: {type(exc).__name__}: {exc}") from None
+    if answer is not None and (not isinstance(answer, list) or not all(isinstance(m, Message) for m in answer)):
+        raise EpisodeEnd(
+            "error", f"environment failed in reply: it returned {type(answer).__name__}, not list[Message]"
+        )
+    return answer
 
 
 def _finish_episode(episode: Episode, traj: Trajectory) -> None:

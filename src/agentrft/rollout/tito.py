@@ -99,7 +99,7 @@ class DeltaRenderer:
         after = self._render([*_STUB, stub_assistant, *tool_messages], gen=True)
         if after[: len(before)] != before:
             raise TemplateError(
-                "the chat template renders an assistant turn differently once tool messages follow it, "
-                "so tool results cannot be appended token by token"
+                "the chat template renders an assistant turn differently once tool or user messages follow it, "
+                "so they cannot be appended token by token"
             )
         return close[_overlap(sampled, close) :] + after[len(before) :]

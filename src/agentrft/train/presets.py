@@ -184,7 +184,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rollout": {**_DEMO["rollout"]},
         "checkpoint": {"every_steps": 4, "keep_last": 1},
     },
-    # Learning from rewards alone (`agentrft demo --env SPEC`, recipes/self_improve.py): no demonstrations, no
+    # Learning from rewards alone (`agentrft demo --env SPEC`, demo.py): no demonstrations, no
     # expert; the base policy's own graded rollouts. GRPO as the demo's (lr 3e-5, 4 tasks x 8 samples), with the
     # curriculum over the environment's levels (a reasoning-gym dataset, a BFCL category, a finqa-lite level) all
     # open from the start and weighed by p(1-p) of their rolling pass rates, so the steps go where groups are mixed.

@@ -171,3 +171,15 @@ def test_a_worked_example_is_in_the_prompt_only_when_asked_for_and_never_graded(
     assert load_grader({"type": "bfcl"}).grade(traj, task.data).success
     with pytest.raises(InputError, match="shots must be 0 or 1"):
         make_env("bfcl:simple?shots=2")
+
+
+def test_the_xml_format_reads_calls_to_functions_miss_func_announces_later(tasks: dict[str, Task]) -> None:
+    from agentrft.rollout.formats import make_format
+
+    task = next(t for t in tasks.values() if t.data["category"] == "multi_turn_miss_func")
+    env = BfclEnv(["miss_func"])
+    ((_, missed),) = task.data["bfcl"]["missed_function"].items()
+    name = missed[0]["name"]
+    assert name not in {s["function"]["name"] for s in env.task_tool_schemas(task)}
+    parsed = make_format("xml", env.task_parse_schemas(task)).parse(f"<{name}>{{}}</{name}>")
+    assert [c.function.name for c in parsed.tool_calls] == [name]

@@ -143,6 +143,9 @@ def test_environment_code_that_raises_ends_the_episode_as_an_error(
         ("guess_env:GuessEnv?colour=red", "does not accept these options"),
         ("guess_env:GuessEnv?train=x", "option train must be an integer"),
         ("finqa-lite?bad=1", "unknown option(s) bad"),
+        ("guess_env:GuessEnv?size=abc", "GuessEnv failed to start: ValueError"),
+        ("guess_env:GuessEnv?train=1000001", "train must be at most 1,000,000"),
+        ("os:system?command=echo hacked", "os:system is not an environment class"),
         ("nope", "unknown environment 'nope'"),
     ],
 )

@@ -85,6 +85,7 @@ def test_calculate_reads_the_expression_before_an_equals_sign() -> None:
         ("reasoning-gym:no_such_dataset", "reasoning-gym dataset 'no_such_dataset'"),
         ("reasoning-gym:chain_sum?tools=web", "tools must be calc or none"),
         ("reasoning-gym:chain_sum?colour=1", "unknown option colour"),
+        ("reasoning-gym:chain_sum?shots=1", "it needs tools=calc"),
         ("reasoning-gym:chain_sum?products.max_terms=2", "sets a dataset not named"),
     ],
 )
@@ -96,3 +97,12 @@ def test_bad_specs_are_refused_before_any_model_loads(spec: str, message: str) -
 def test_a_generator_setting_reaches_the_dataset() -> None:
     env = make_env("reasoning-gym:chain_sum?chain_sum.min_terms=2&chain_sum.max_terms=2&train=8&test=2")
     assert all(t.data["entry"]["metadata"]["num_terms"] == 2 for t in env.tasks("train"))
+
+
+@pytest.mark.parametrize("name", ["arc_agi", "rearc", "chain_sum", "number_sorting"])
+def test_the_gold_answer_scores_one_through_the_stored_task(name: str) -> None:
+    env = make_env(f"reasoning-gym:{name}?train=2&test=2")
+    grader = load_grader(env.grader_spec())
+    for task in env.tasks("train") + env.tasks("held-out"):
+        gold = task.data["entry"]["answer"]
+        assert grader.grade(gold if isinstance(gold, str) else str(gold), task.data).success

@@ -48,7 +48,9 @@ RECORDED = "The call was recorded."
 # prompts zero-shot (the default).
 EXAMPLE_QUESTION = "What will the weather be in Paris tomorrow, in celsius?"
 EXAMPLE_CALL = ("get_weather_forecast", {"city": "Paris", "days_ahead": 1, "unit": "celsius"})
-STEPS_PER_TURN = 5  # assistant turns a user turn may take (the benchmark allows 20; a small model loops)
+# The episode's assistant turns: 5 per user turn on average, in one budget for the whole episode (the benchmark
+# allows 20 steps within each user turn; a small model that loops would fill an 8k context long before).
+STEPS_PER_TURN = 5
 
 
 def held_out(task_id: str) -> bool:
@@ -96,13 +98,19 @@ class BfclEnv(Environment):
             self._schemas[task.id] = package.tool_schemas(task.data["bfcl"]["function"])
         return self._schemas[task.id]
 
+    def task_parse_schemas(self, task: Task) -> list[dict[str, Any]]:
+        """The task's functions and those miss_func holds back until their turn: a call to either is read as a
+        call (the benchmark executes any function of the involved classes, offered yet or not)."""
+        missed = [f for fs in (task.data["bfcl"].get("missed_function") or {}).values() for f in fs]
+        return self.task_tool_schemas(task) + (package.tool_schemas(missed) if missed else [])
+
     def task_limits(self, task: Task) -> EnvLimits:
         if self._limits_given or task.data["category"] not in package.MULTI_TURN:
             return self.limits
         turns = len(task.data["bfcl"]["question"])
-        return self.limits.model_copy(
-            update={"max_turns": STEPS_PER_TURN * turns, "max_tool_calls": 4 * STEPS_PER_TURN * turns}
-        )
+        # no call budget beyond the turns: the benchmark refuses no call, so neither does the episode (a refused
+        # call would leave the episode's state apart from the one the grade replays)
+        return self.limits.model_copy(update={"max_turns": STEPS_PER_TURN * turns, "max_tool_calls": 10_000})
 
     def few_shot(self) -> list[Message]:
         """With ``shots=1``: one worked example of a call and the reply after it (`EXAMPLE_CALL`)."""
@@ -173,7 +181,7 @@ class MultiTurnEpisode(Episode):
     def __init__(self, task: Task, max_tool_calls: int) -> None:
         self.task = task
         self.entry: dict[str, Any] = task.data["bfcl"]
-        self.allowed = package.allowed_calls(self.entry["function"])
+        self.allowed = package.entry_calls(self.entry)
         self.instances = package.Instances(self.entry)
         self.instances.execute([])  # builds the instances from the initial config now, not at the first call
         self.turn = 0
@@ -202,7 +210,6 @@ class MultiTurnEpisode(Episode):
             return None
         missed = self.entry.get("missed_function", {}).get(str(self.turn))
         if missed:  # the benchmark's prompting message for functions that arrive at this turn
-            self.allowed.update(package.allowed_calls(missed))
             template = package.bfcl().prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
             return [Message(role="user", content=template.format(functions=json.dumps(package.tool_schemas(missed))))]
         return [Message(role=m["role"], content=m["content"]) for m in questions[self.turn]]

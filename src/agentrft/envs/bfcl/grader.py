@@ -5,8 +5,8 @@ An episode becomes the model result the benchmark's OpenAI function-calling hand
 - single-turn: the first assistant turn, as a list of ``{name: arguments JSON}`` when it called functions, or
   its text when it called nothing;
 - multi-turn: per user turn, per assistant step, the same; a step's call that the episode could not execute
-  safely (a name not offered, a key that is not one of the function's parameters) is left out, as the episode
-  refused it. An episode that ended before its last user turn has fewer turns, which the benchmark fails as
+  safely (a name no involved class exposes, a key that is not one of the function's parameters) is left out, as
+  the episode refused it; every other call was executed by the episode, as the benchmark executes it. An episode that ended before its last user turn has fewer turns, which the benchmark fails as
   force-terminated.
 
 The item is the task's data (``bfcl``: the test entry, ``truth``: its ground truth, ``category``). Reward 1 when
@@ -48,10 +48,7 @@ def model_result(traj: Trajectory, item: dict[str, Any]) -> Any:
     if item["category"] not in package.MULTI_TURN:
         first = next((m for m in own if m.role == "assistant"), None)
         return "" if first is None else _step(first, None)
-    entry = item["bfcl"]
-    allowed = package.allowed_calls(entry["function"])
-    for missed in (entry.get("missed_function") or {}).values():
-        allowed.update(package.allowed_calls(missed))
+    allowed = package.entry_calls(item["bfcl"])
     turns: list[list[Any]] = [[]]
     for message in own:
         if message.role == "user":

@@ -179,6 +179,15 @@ def allowed_calls(functions: list[dict[str, Any]]) -> dict[str, set[str]]:
     return {f["name"].replace(".", "_"): set((f.get("parameters") or {}).get("properties") or {}) for f in functions}
 
 
+def entry_calls(entry: dict[str, Any]) -> dict[str, set[str]]:
+    """Every function a multi-turn entry's classes expose to the policy: the offered ones and those miss_func
+    holds back (the package's executor runs either; the held-back ones are merely not announced)."""
+    allowed = allowed_calls(entry["function"])
+    for missed in (entry.get("missed_function") or {}).values():
+        allowed.update(allowed_calls(missed))
+    return allowed
+
+
 class Instances:
     """One episode's (or one grade's) instances of the API classes, by the package's own executor.
 
@@ -211,8 +220,8 @@ def release(model_name: str) -> None:
     """Drop the package's stored instances of one model name (its executor's globals)."""
     store = vars(bfcl().multi_turn)
     prefix = re.sub(r"[-./:]", "_", model_name)
-    for key in [k for k in store if k.startswith(prefix)]:
-        del store[key]
+    for key in [k for k in list(store) if k.startswith(prefix)]:  # list(): a snapshot, whatever other threads add
+        store.pop(key, None)
 
 
 def evaluate_single(entry: dict[str, Any], truth: dict[str, Any] | None, category: str, result: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from typing import Any
 
 from agentrft.arith import ArithError, Syntax, evaluate, parse
@@ -70,6 +71,15 @@ def package() -> Any:
             "reasoning-gym environments need the package reasoning-gym: pip install 'agentrft[reasoning-gym]'"
         ) from None
     return reasoning_gym
+
+
+@lru_cache(maxsize=64)
+def generated(name: str, source: str) -> list[dict[str, Any]]:
+    """A dataset's entries as the package generates them (``source``: JSON of seed, size and settings); kept as
+    generated, since some datasets' ``score_answer`` reads Python values (tuples, grids) a JSON copy loses."""
+    spec = json.loads(source)
+    data = package().create_dataset(name, size=spec["size"], seed=spec["seed"], **spec["settings"])
+    return [data[i] for i in range(len(data))]
 
 
 def _jsonable(value: Any) -> Any:
@@ -129,6 +139,8 @@ class ReasoningGymEnv(Environment):
         tools = spec.options.get("tools", "")
         if tools not in ("", "calc", "none"):
             raise spec.error(f"tools must be calc or none, got {tools!r}")
+        if "shots" in spec.options and tools != "calc":
+            raise spec.error("shots sets the calculator's worked examples; it needs tools=calc")
         return cls(
             names,
             n_train=spec.int_option("train", 256, minimum=1),
@@ -176,24 +188,33 @@ class ReasoningGymEnv(Environment):
             ]
         return self._tasks[split]
 
-    def _entries(self, name: str, split: str) -> list[dict[str, Any]]:
+    def _source(self, name: str, split: str) -> dict[str, Any]:
+        """How a split's entries are generated: enough for the grader to generate the very entry again."""
         seed = self.seed if split == "train" else self.seed + HELD_OUT_SEED_OFFSET
-        data = package().create_dataset(name, size=self.n[split], seed=seed, **self.settings.get(name, {}))
-        return [_jsonable(data[i]) for i in range(len(data))]
+        return {"seed": seed, "size": self.n[split], "settings": self.settings.get(name, {})}
 
     def _generate(self, name: str, level: int, split: str) -> list[Task]:
-        entries = self._entries(name, split)
+        source = self._source(name, split)
+        entries = [_jsonable(e) for e in generated(name, json.dumps(source, sort_keys=True))]
+        seen: set[str] = set()
         if split != "train":
-            seen = {e["question"] for e in self._entries(name, "train")}
-            entries = [e for e in entries if e["question"] not in seen]
+            train = json.dumps(self._source(name, "train"), sort_keys=True)
+            seen = {str(e["question"]) for e in generated(name, train)}
         return [
             Task(
                 id=f"{name}/{split}/{i}",
                 env=self.name,
                 messages=[Message(role="user", content=e["question"])],
-                data={"dataset": name, "answer": e["answer"], "entry": e, "level": level},
+                data={
+                    "dataset": name,
+                    "answer": e["answer"],
+                    "entry": e,
+                    "source": {**source, "index": i},
+                    "level": level,
+                },
             )
             for i, e in enumerate(entries)
+            if e["question"] not in seen
         ]
 
     def start(self, task: Task) -> Episode:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from agentrft.envs.reasoning_gym.env import package
+from agentrft.envs.reasoning_gym.env import generated, package
 from agentrft.graders.base import Grader, GraderFailure, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
 
@@ -15,7 +16,8 @@ class ReasoningGymSpec(SpecBase):
 
 @register_grader("reasoning_gym")
 class ReasoningGymGrader(Grader):
-    """reasoning-gym's own ``score_answer`` of the task's dataset; item: ``dataset`` and ``entry``."""
+    """reasoning-gym's own ``score_answer`` of the task's dataset; item: ``dataset`` and ``entry`` (the entry is
+    generated again from ``source`` where the item has it: some datasets score with values a JSON copy loses)."""
 
     Spec = ReasoningGymSpec
 
@@ -27,6 +29,12 @@ class ReasoningGymGrader(Grader):
         name, entry = item.get("dataset"), item.get("entry")
         if not isinstance(name, str) or not isinstance(entry, dict):
             raise GraderFailure("invalid_variable_error", f"{self.name}: the item needs 'dataset' and 'entry'")
+        source = item.get("source")
+        if isinstance(source, dict) and isinstance(source.get("index"), int):  # the entry as generated
+            spec = {k: source[k] for k in ("seed", "size", "settings") if k in source}
+            entries = generated(name, json.dumps(spec, sort_keys=True))
+            if 0 <= source["index"] < len(entries) and entries[source["index"]]["question"] == entry["question"]:
+                entry = entries[source["index"]]
         rg = package()
         from reasoning_gym.utils import extract_answer
 
