@@ -22,9 +22,13 @@ fi
 # with a shaped training reward (the official verdict + 0.3 for calling an offered function; success, and every
 # reported figure, is the official verdict alone)
 if [[ $which == all || $which == bfcl-base ]]; then
-  $A eval --env 'bfcl:simple,multiple,parallel,parallel_multiple,irrelevance?shots=1' --tasks 32 --samples 2 \
+  # the xml format holds one call per turn, so the parallel categories are played in hermes (<tool_call> JSON)
+  $A eval --env 'bfcl:simple,multiple,irrelevance?shots=1' --tasks 32 --samples 2 \
     --temperature 0.7 --db runs/bfcl_base.db --name base-single --json > runs/bfcl_base_single.json
-  $A eval --env 'bfcl:multi_turn_base,miss_func,miss_param,long_context?shots=1' --tasks 8 --samples 2 \
+  $A eval --env 'bfcl:parallel,parallel_multiple?shots=1' --tasks 32 --samples 2 --tool-format hermes \
+    --temperature 0.7 --db runs/bfcl_base.db --name base-parallel --json > runs/bfcl_base_parallel.json
+  # multi-turn episodes are thousands of tokens each: 4 tasks x 2 samples per category on 2 cores
+  $A eval --env 'bfcl:multi_turn_base,miss_func,miss_param,long_context?shots=1' --tasks 4 --samples 2 \
     --temperature 0.7 --db runs/bfcl_base.db --name base-multi --json > runs/bfcl_base_multi.json
 fi
 if [[ $which == all || $which == bfcl ]]; then

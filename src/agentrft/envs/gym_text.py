@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from agentrft.envs.base import Environment, EnvLimits
-from agentrft.envs.plugins import EnvSpec
+from agentrft.envs.plugins import EnvSpec, started
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError
 from agentrft.tools.registry import Tool, Toolbox
@@ -115,16 +115,11 @@ class GymTextEnv(Environment):
         counts = {"n_train": spec.int_option("train", 256, minimum=1), "n_test": spec.int_option("test", 64, minimum=1)}
         if counts["n_train"] > HELD_OUT_SEED0:
             raise spec.error(f"train must be at most {HELD_OUT_SEED0:,} (held-out seeds start there)")
-        try:
-            env = cls(target, name=getattr(target, "name", spec.name), options={**options, **kwargs}, **counts)
-            env.tasks("held-out")  # reset's signature and behaviour checked now, before any model loads
-            return env
-        except TypeError as exc:
-            raise spec.error(f"{spec.name} does not accept these options: {exc}") from None
-        except InputError:
-            raise
-        except Exception as exc:  # the user's code: what it raises is one line naming the spec
-            raise spec.error(f"{spec.name} failed to start: {type(exc).__name__}: {exc}") from None
+        env = started(
+            spec, lambda: cls(target, name=getattr(target, "name", spec.name), options={**options, **kwargs}, **counts)
+        )
+        started(spec, lambda: env.tasks("held-out"))  # reset's signature and behaviour, before any model loads
+        return env
 
     def _new(self) -> Any:
         return self.cls(**self.options)

@@ -24,14 +24,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from agentrft.envs.base import Environment
 from agentrft.inputs import InputError
 
+T = TypeVar("T")
 ENTRY_POINT_GROUP = "agentrft.envs"
 # The package's own entry points, as pyproject.toml declares them (a test keeps the two equal): used when the
 # installed metadata lacks a name, e.g. a source tree run without `pip install -e .` after a new one was added.
@@ -106,6 +108,18 @@ def _load(target: str, spec: EnvSpec) -> Any:
     return obj
 
 
+def started(spec: EnvSpec, make: Callable[[], T]) -> T:
+    """``make()``, with what the user's code raises turned into one InputError naming the spec."""
+    try:
+        return make()
+    except TypeError as exc:
+        raise spec.error(f"{spec.name} does not accept these options: {exc}") from None
+    except InputError:
+        raise
+    except Exception as exc:
+        raise spec.error(f"{spec.name} failed to start: {type(exc).__name__}: {exc}") from None
+
+
 def resolve(spec: EnvSpec) -> tuple[Any, EnvSpec]:
     """What a spec names, and the spec its builder sees (for ``module:Class`` the class is no ARG).
 
@@ -140,14 +154,7 @@ def build(target: Any, spec: EnvSpec, **kwargs: Any) -> Environment:
     elif callable(target):
         if spec.arg:
             raise spec.error(f"{spec.name} takes no argument after ':' (options go after '?')")
-        try:
-            made = target(**spec.options, **kwargs)
-        except TypeError as exc:
-            raise spec.error(f"{spec.name} does not accept these options: {exc}") from None
-        except InputError:
-            raise
-        except Exception as exc:  # the user's code: what it raises is one line naming the spec
-            raise spec.error(f"{spec.name} failed to start: {type(exc).__name__}: {exc}") from None
+        made = started(spec, lambda: target(**spec.options, **kwargs))
     else:
         raise spec.error(f"{spec.name} is neither an environment class nor a factory")
     if isinstance(made, Environment):
