@@ -33,6 +33,9 @@ PER_CATEGORY = {
 }
 
 
+PER_CATEGORY_RECORDED = 4  # recorded episodes kept per category
+
+
 def _value(options: list[Any]) -> tuple[bool, Any]:
     for v in options:
         if v != "":
@@ -135,11 +138,15 @@ def from_db(path: str) -> list[dict[str, Any]]:
     from agentrft.envs.bfcl.grader import model_result
     from agentrft.store import Store
 
-    out = []
+    out: list[dict[str, Any]] = []
+    taken: dict[str, int] = {}
     with Store(path) as store:
         for traj in store.query_trajectories():
             category = traj.task_id.rsplit("_", 1)[0]
             category = next(c for c in (*package.MULTI_TURN, *package.SINGLE_TURN) if c == category)
+            if taken.get(category, 0) >= PER_CATEGORY_RECORDED or traj.status == "error":
+                continue
+            taken[category] = taken.get(category, 0) + 1
             item = {"category": category, "bfcl": {"function": [], "id": traj.task_id}}
             if category in package.MULTI_TURN:
                 entry = dict(next(e for e, _ in package.load_category(category) if e["id"] == traj.task_id))
