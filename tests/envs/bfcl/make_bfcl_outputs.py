@@ -151,9 +151,10 @@ def from_db(path: str) -> list[dict[str, Any]]:
             if category in package.MULTI_TURN:
                 entry = dict(next(e for e, _ in package.load_category(category) if e["id"] == traj.task_id))
                 item["bfcl"] = entry
-            out.append(
-                {"id": traj.task_id, "category": category, "kind": "smollm2", "result": model_result(traj, item)}
-            )
+            row = {"id": traj.task_id, "category": category, "kind": "smollm2", "result": model_result(traj, item)}
+            if traj.status == "truncated":  # its last reply ran into a token limit: the replay ends it there too
+                row["truncated"] = True
+            out.append(row)
     return out
 
 

@@ -31,15 +31,17 @@ class ReplayChat:
 
     policy, policy_version = "stored", 0
 
-    def __init__(self, steps: list[Any]) -> None:
-        self.steps = list(steps)
+    def __init__(self, steps: list[Any], truncated: bool = False) -> None:
+        self.steps, self.truncated = list(steps), truncated
 
     async def chat(self, messages: Any, tools: Any, params: Any) -> ChatResult:
         if not self.steps:
             raise RuntimeError("the stored output has no more steps")
         step = self.steps.pop(0)
-        if isinstance(step, str):
-            return ChatResult({"role": "assistant", "content": step}, "stop")
+        if isinstance(step, str):  # a recorded reply cut by its token limit ends the episode where it ended
+            return ChatResult(
+                {"role": "assistant", "content": step}, "length" if self.truncated and not self.steps else "stop"
+            )
         calls = [
             {"id": f"c{uuid.uuid4().hex[:8]}", "type": "function", "function": {"name": name, "arguments": raw}}
             for call in step
@@ -81,7 +83,7 @@ def play(output: dict[str, Any], task: Task) -> Any:
     env = BfclEnv([output["category"]])
     result = output["result"]
     steps = [s for turn in result for s in turn] if output["category"] in package.MULTI_TURN else [result]
-    return asyncio.run(run_episode(env, ReplayChat(steps), task, params=PARAMS))
+    return asyncio.run(run_episode(env, ReplayChat(steps, output.get("truncated", False)), task, params=PARAMS))
 
 
 def test_the_stored_outputs_cover_enough_tasks_and_categories() -> None:
