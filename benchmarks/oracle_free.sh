@@ -47,3 +47,10 @@ if [[ $which == all || $which == finqa ]]; then
     --set rollout.curriculum.promote_at=0.5 --set rollout.curriculum.keep_share=0.3 \
     --set rollout.curriculum.min_episodes=16 > runs/fq1.json
 fi
+# (c') the same on levels 1-2 with the outcome alone as the reward (no process credit, no per-turn advantages)
+if [[ $which == all || $which == finqa-outcome ]]; then
+  $A demo --env 'finqa-lite:1,2' --run-dir runs/fq2 --json --set steps=16 --set rollout.max_tokens=128 \
+    --set rollout.curriculum.start_unlocked=1 --set rollout.curriculum.weighting=frontier \
+    --set rollout.curriculum.promote_at=0.5 --set rollout.curriculum.keep_share=0.3 \
+    --set rollout.curriculum.min_episodes=16 > runs/fq2.json
+fi
