@@ -165,11 +165,9 @@ def run_demo(
             raise ConfigError(f"{env}: a jsonl environment's held-out split is its training file; add ?valid=FILE")
         if not environment.tasks("held-out"):
             raise ConfigError(f"{env}: the environment has no held-out tasks to evaluate")
-        check_references(cfg)
-    if env and cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
-        # the curriculum draws by level; an environment whose tasks have none is drawn by the seeded shuffle
-        off = "rollout.curriculum.enabled=false"
-        cfg = build_config(PRESETS[preset], [*given, *quick, *grpo_over, off], source=f"demo (preset {preset})")
+        check_references(cfg, env=environment)
+        if cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
+            cfg.rollout.curriculum.enabled = False  # it draws by level; tasks with none: the seeded shuffle
     grader = load_grader(cfg.rollout.grader or environment.grader_spec())
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)

@@ -8,6 +8,7 @@ consumed and produced, never rebuilt by re-tokenising the chat text.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -22,6 +23,12 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 _last_id = [0, 0]  # (ms, random part) of the previous id minted in this process
 _id_lock = threading.Lock()
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON values (what a store row holds): tuples become lists, anything JSON cannot write
+    becomes its ``str``. For what an environment or a benchmark hands back (its info, its task entries)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def new_id() -> str:

@@ -20,7 +20,6 @@ environment's default grader (``env_reward``) makes it the grade.
 from __future__ import annotations
 
 import inspect
-import json
 from typing import Any
 
 from agentrft.envs.base import Environment, EnvLimits
@@ -28,7 +27,7 @@ from agentrft.envs.plugins import EnvSpec, started
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError
 from agentrft.tools.registry import Tool, Toolbox
-from agentrft.types import Message, Task
+from agentrft.types import Message, Task, json_safe
 
 HELD_OUT_SEED0 = 1_000_000
 SPLITS = ("train", "held-out")
@@ -45,15 +44,11 @@ def is_text_env(cls: Any) -> bool:
     )
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 class GymEpisode(ToolboxEpisode):
     """One instance of the user's class: tools are its methods, replies are its steps."""
 
     def __init__(self, task: Task, instance: Any, toolbox: Toolbox, max_tool_calls: int) -> None:
-        super().__init__(task, toolbox, max_tool_calls, state=instance)
+        super().__init__(task, toolbox, max_tool_calls)
         self.instance = instance
         self.total = 0.0
         self.steps = 0
@@ -79,7 +74,7 @@ class GymEpisode(ToolboxEpisode):
             "steps": self.steps,
             "terminated": self.terminated,
             "truncated": self.truncated,
-            "info": _jsonable(self.info),
+            "info": self.info,  # made plain JSON with the rest by the agent loop
         }
 
 
@@ -160,7 +155,7 @@ class GymTextEnv(Environment):
                         id=f"{self.name}/{split}/{seed}",
                         env=self.name,
                         messages=[Message(role="user", content=observation)],
-                        data={"seed": seed, "info": _jsonable(info)},
+                        data={"seed": seed, "info": json_safe(info)},
                     )
                 )
             self._tasks[split] = tasks

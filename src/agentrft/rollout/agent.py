@@ -50,6 +50,7 @@ from agentrft.types import (
     ToolCallEvent,
     ToolCallFunction,
     Trajectory,
+    json_safe,
     new_id,
 )
 
@@ -192,7 +193,7 @@ async def run_episode(
     ledger: TokenLedger | None = None
     episode: Episode | None = None
     try:
-        episode = _guarded(env.start, task)
+        episode = _start(env, task)
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s) as deadline:
             clock = _WallClock(deadline, limits.wall_time_s)
             if is_token_sampler(sampler):
@@ -226,19 +227,23 @@ async def run_episode(
     return traj
 
 
-def _guarded(fn: Any, *args: Any) -> Any:
-    """An environment hook's result; whatever the environment's own code raises ends the episode as an error."""
+def _env_failed(hook: str, exc: Exception) -> str:
+    """What the environment's own code raised in one of its hooks: the episode's error (never trained on)."""
+    return f"environment failed in {hook}: {type(exc).__name__}: {exc}"
+
+
+def _start(env: Environment, task: Task) -> Episode:
     try:
-        return fn(*args)
+        return env.start(task)
     except Exception as exc:
-        raise EpisodeEnd("error", f"environment failed in {fn.__name__}: {type(exc).__name__}: {exc}") from None
+        raise EpisodeEnd("error", _env_failed("start", exc)) from None
 
 
 async def _env_reply(episode: Episode, text: str) -> list[Message] | None:
     try:
         answer = await episode.reply(text)
     except Exception as exc:
-        raise EpisodeEnd("error", f"environment failed in reply: {type(exc).__name__}: {exc}") from None
+        raise EpisodeEnd("error", _env_failed("reply", exc)) from None
     if answer is not None and (not isinstance(answer, list) or not all(isinstance(m, Message) for m in answer)):
         raise EpisodeEnd(
             "error", f"environment failed in reply: it returned {type(answer).__name__}, not list[Message]"
@@ -251,14 +256,14 @@ def _finish_episode(episode: Episode, traj: Trajectory) -> None:
     try:
         outcome = episode.outcome()
         if outcome:
-            traj.metadata["env"] = json.loads(json.dumps(outcome, default=str))
+            traj.metadata["env"] = json_safe(outcome)
     except Exception as exc:
-        traj.status, traj.error = "error", f"environment failed in outcome: {type(exc).__name__}: {exc}"
+        traj.status, traj.error = "error", _env_failed("outcome", exc)
     try:
         episode.close()
     except Exception as exc:
         if traj.status != "error":
-            traj.status, traj.error = "error", f"environment failed in close: {type(exc).__name__}: {exc}"
+            traj.status, traj.error = "error", _env_failed("close", exc)
 
 
 def _turn_params(params: SamplingParams, fmt: ToolFormat, budget: int) -> SamplingParams:
@@ -322,12 +327,11 @@ async def _token_loop(
         if not parsed.has_calls:
             assistant = Message(role="assistant", content=parsed.content)
             traj.messages.append(assistant)
-            answer = await _env_reply(episode, parsed.content)
-            if answer is None:
+            follow = await _env_reply(episode, parsed.content)
+            if follow is None:
                 traj.events.append(FinalAnswerEvent(turn=turn, text=parsed.content))
                 traj.status = "completed"
                 return
-            follow = answer
             traj.messages += follow
         else:
             follow, events, extra = await _call_tools(episode, turn, parsed.tool_calls, parsed.errors)

@@ -4,18 +4,21 @@ record) without loading a model, so that a bad config fails before a run directo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrft.inputs import InputError
 from agentrft.train.config import ConfigError, TrainConfig
 from agentrft.train.method_config import DATA_METHODS
 
+if TYPE_CHECKING:
+    from agentrft.envs.base import Environment
 
-def check_references(cfg: TrainConfig, source: str = "config") -> None:
+
+def check_references(cfg: TrainConfig, source: str = "config", env: Environment | None = None) -> None:
     """Resolve what `cfg` names without loading a model: the environment (its tasks are read, so a
-    bad dataset fails here), the train and eval splits, the grader spec and the policy name; for
-    ``sft`` the data selection and every selected trajectory (`_check_data`).
-    ConfigError names the key. Training calls nothing else that can refuse the config."""
+    bad dataset fails here; ``env``: the one a caller already built from ``cfg.rollout.env``), the train
+    and eval splits, the grader spec and the policy name; for ``sft`` the data selection and every selected
+    trajectory (`_check_data`). ConfigError names the key. Training calls nothing else that can refuse the config."""
     from agentrft.envs.registry import make_env
     from agentrft.graders import load_grader
     from agentrft.samplers.policies import POLICY_NAMES, is_in_process
@@ -27,7 +30,7 @@ def check_references(cfg: TrainConfig, source: str = "config") -> None:
         trainable = [n for n in POLICY_NAMES if is_in_process(n.replace("PATH_OR_ID", "x"))]
         raise refuse("policy.name", f"{cfg.policy.name!r} cannot be trained in process; valid: {', '.join(trainable)}")
     try:
-        env = make_env(cfg.rollout.env)
+        env = env or make_env(cfg.rollout.env)
     except InputError as exc:
         raise refuse("rollout.env", str(exc)) from None
     splits = [("rollout.split", cfg.rollout.split)] + ([("eval.split", cfg.eval.split)] if cfg.eval.every_steps else [])

@@ -167,23 +167,24 @@ _AGENTIC_RL: dict[str, Any] = {
     },
     "checkpoint": {"every_steps": 4, "keep_last": 1},
 }
+# Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
+# each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
+_REJECTION: dict[str, Any] = {
+    **_SFT,
+    "method": "rejection_sampling",
+    "steps": 12,
+    "data": {"success_only": True, "best_of_n": 1},
+    "rejection_sampling": {"steps_per_round": 4, "tasks_per_round": 8},
+    "rollout": {**_DEMO["rollout"]},
+    "checkpoint": {"every_steps": 4, "keep_last": 1},
+}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": _DEMO,
     "sft": _SFT,
     "agentic-imitation": _AGENTIC_IMITATION,
     "agentic-imitation-late": _AGENTIC_IMITATION_LATE,
     "agentic-rl": _AGENTIC_RL,
-    # Rejection-sampling fine-tuning (RFT / expert iteration) of the demo's policy on the demo's tasks:
-    # each round samples 8 tasks x 8 episodes, keeps the best success of each task, takes 4 SFT steps.
-    "rejection-sampling": {
-        **_SFT,
-        "method": "rejection_sampling",
-        "steps": 12,
-        "data": {"success_only": True, "best_of_n": 1},
-        "rejection_sampling": {"steps_per_round": 4, "tasks_per_round": 8},
-        "rollout": {**_DEMO["rollout"]},
-        "checkpoint": {"every_steps": 4, "keep_last": 1},
-    },
+    "rejection-sampling": _REJECTION,
     # Learning from rewards alone (`agentrft demo --env SPEC`, demo.py): no demonstrations, no
     # expert; the base policy's own graded rollouts. GRPO as the demo's (lr 3e-5, 4 tasks x 8 samples), with the
     # curriculum over the environment's levels (a reasoning-gym dataset, a BFCL category, a finqa-lite level) all
@@ -208,12 +209,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Expert iteration's first stage (`agentrft demo --env SPEC --expert-iteration`): rejection-sampling fine-tuning
     # on the policy's own successes (the best success of each task), before the GRPO stage above.
     "self-improve-ei": {
-        **_SFT,
-        "method": "rejection_sampling",
+        **_REJECTION,
         "steps": 8,
-        "data": {"success_only": True, "best_of_n": 1},
         "rejection_sampling": {"steps_per_round": 2, "tasks_per_round": 32},
-        "sft": {"batch_size": 8},
         "rollout": {**_DEMO["rollout"], "max_tokens": 96},
         "checkpoint": {"every_steps": 0, "keep_last": 1},
     },

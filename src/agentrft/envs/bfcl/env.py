@@ -107,10 +107,7 @@ class BfclEnv(Environment):
     def task_limits(self, task: Task) -> EnvLimits:
         if self._limits_given or task.data["category"] not in package.MULTI_TURN:
             return self.limits
-        turns = len(task.data["bfcl"]["question"])
-        # no call budget beyond the turns: the benchmark refuses no call, so neither does the episode (a refused
-        # call would leave the episode's state apart from the one the grade replays)
-        return self.limits.model_copy(update={"max_turns": STEPS_PER_TURN * turns, "max_tool_calls": 10_000})
+        return self.limits.model_copy(update={"max_turns": STEPS_PER_TURN * len(task.data["bfcl"]["question"])})
 
     def few_shot(self) -> list[Message]:
         """With ``shots=1``: one worked example of a call and the reply after it (`EXAMPLE_CALL`)."""
@@ -157,7 +154,7 @@ class BfclEnv(Environment):
 
     def start(self, task: Task) -> Episode:
         if task.data["category"] in package.MULTI_TURN:
-            return MultiTurnEpisode(task, self.task_limits(task).max_tool_calls)
+            return MultiTurnEpisode(task)
         return SingleTurnEpisode(task)
 
 
@@ -176,21 +173,19 @@ class SingleTurnEpisode(Episode):
 
 
 class MultiTurnEpisode(Episode):
-    """The benchmark's API instances for one episode; user turns follow the policy's plain replies."""
+    """The benchmark's API instances for one episode; user turns follow the policy's plain replies. No call
+    budget (`EnvLimits.max_tool_calls` does not apply): the benchmark refuses no call, and a refused call would
+    leave the episode's state apart from the one the grade replays."""
 
-    def __init__(self, task: Task, max_tool_calls: int) -> None:
+    def __init__(self, task: Task) -> None:
         self.task = task
         self.entry: dict[str, Any] = task.data["bfcl"]
         self.allowed = package.entry_calls(self.entry)
         self.instances = package.Instances(self.entry)
         self.instances.execute([])  # builds the instances from the initial config now, not at the first call
         self.turn = 0
-        self.calls, self.max_tool_calls = 0, max_tool_calls
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
-        if self.calls >= self.max_tool_calls:
-            return error_result(f"Error: the budget of {self.max_tool_calls} function calls is used up.", "budget")
-        self.calls += 1
         if name not in self.allowed:
             return error_result(f"Error: unknown function {name!r}.", "unknown_tool")
         call = package.safe_call(name, arguments, self.allowed)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import re
 import sys
 import types
@@ -263,4 +262,4 @@ def evaluate_multi_turn(
         )
     finally:
         release(model_name)
-    return json.loads(json.dumps(dict(verdict), default=str))
+    return dict(verdict)

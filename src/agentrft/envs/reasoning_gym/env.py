@@ -29,7 +29,7 @@ from agentrft.envs.plugins import EnvSpec
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError
 from agentrft.tools.registry import Tool, Toolbox
-from agentrft.types import Message, Task, ToolCall, ToolCallFunction
+from agentrft.types import Message, Task, ToolCall, ToolCallFunction, json_safe
 
 SPLITS = ("train", "held-out")
 HELD_OUT_SEED_OFFSET = 1_000_003
@@ -73,17 +73,18 @@ def package() -> Any:
     return reasoning_gym
 
 
+def generated(name: str, source: dict[str, Any]) -> list[dict[str, Any]]:
+    """A dataset's entries as the package generates them (``source``: seed, size and settings, as a task's data
+    records them); kept as generated, since some datasets' ``score_answer`` reads Python values (tuples, grids)
+    a JSON copy loses."""
+    return _generated(name, json.dumps({k: source[k] for k in ("seed", "size", "settings")}, sort_keys=True))
+
+
 @lru_cache(maxsize=64)
-def generated(name: str, source: str) -> list[dict[str, Any]]:
-    """A dataset's entries as the package generates them (``source``: JSON of seed, size and settings); kept as
-    generated, since some datasets' ``score_answer`` reads Python values (tuples, grids) a JSON copy loses."""
+def _generated(name: str, source: str) -> list[dict[str, Any]]:
     spec = json.loads(source)
     data = package().create_dataset(name, size=spec["size"], seed=spec["seed"], **spec["settings"])
     return [data[i] for i in range(len(data))]
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
 
 
 def _setting(text: str) -> Any:
@@ -195,11 +196,10 @@ class ReasoningGymEnv(Environment):
 
     def _generate(self, name: str, level: int, split: str) -> list[Task]:
         source = self._source(name, split)
-        entries = [_jsonable(e) for e in generated(name, json.dumps(source, sort_keys=True))]
+        entries = [json_safe(e) for e in generated(name, source)]
         seen: set[str] = set()
         if split != "train":
-            train = json.dumps(self._source(name, "train"), sort_keys=True)
-            seen = {str(e["question"]) for e in generated(name, train)}
+            seen = {str(e["question"]) for e in generated(name, self._source(name, "train"))}
         return [
             Task(
                 id=f"{name}/{split}/{i}",

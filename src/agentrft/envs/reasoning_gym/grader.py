@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from agentrft.envs.reasoning_gym.env import generated, package
@@ -31,8 +30,7 @@ class ReasoningGymGrader(Grader):
             raise GraderFailure("invalid_variable_error", f"{self.name}: the item needs 'dataset' and 'entry'")
         source = item.get("source")
         if isinstance(source, dict) and isinstance(source.get("index"), int):  # the entry as generated
-            spec = {k: source[k] for k in ("seed", "size", "settings") if k in source}
-            entries = generated(name, json.dumps(spec, sort_keys=True))
+            entries = generated(name, source)
             if 0 <= source["index"] < len(entries) and entries[source["index"]]["question"] == entry["question"]:
                 entry = entries[source["index"]]
         rg = package()
