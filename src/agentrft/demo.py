@@ -175,7 +175,6 @@ def run_demo(
     params = SamplingParams(temperature=settings.eval_temperature, max_tokens=cfg.rollout.max_tokens)
 
     def held_out(name: str) -> Any:
-        sampler.reseed(cfg.seed + 7919)  # both evals draw from the same sampler seed stream
         start = time.perf_counter()
         result = evaluate(
             environment,
@@ -190,6 +189,7 @@ def run_demo(
             grader=grader,
             tool_format=cfg.rollout.tool_format,
             seed=cfg.seed,
+            sampling_seed=cfg.seed + 7919,  # both evals draw from the same sampler seed stream
             progress=progress,
         )
         seconds[f"eval_{name}"] = time.perf_counter() - start

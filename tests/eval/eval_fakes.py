@@ -219,6 +219,7 @@ def install_fake_runner(monkeypatch: Any) -> None:
             tool_format: str = "xml",
             progress: bool = True,
             player: Any = None,
+            seed: int | None = None,
         ) -> None:
             assert player is None  # these fakes play the built-in loop's episodes
             self.env, self.sampler, self.store = env, sampler, store
@@ -235,6 +236,8 @@ def install_fake_runner(monkeypatch: Any) -> None:
                         self.store.add_trajectory(t)
                     out.append(t)
             return out
+
+    import agentrft.rollout  # noqa: F401  the package's own import of the real runner first (else it gets the fake)
 
     mod = types.ModuleType("agentrft.rollout.runner")
     mod.Runner = Runner  # type: ignore[attr-defined]

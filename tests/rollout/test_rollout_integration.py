@@ -34,7 +34,20 @@ def test_tiny_policy_on_finqa_lite_keeps_token_invariant(tool_format: str, tmp_p
         seen.append((list(request.prompt_ids), list(result.token_ids)))
         return result
 
+    together = sampler.sample_together
+
+    def recording_together(requests):  # the runner's lockstep waves (rollout/lockstep.py) come this way
+        futures = together(requests)
+        for request, fut in zip(requests, futures, strict=True):
+            fut.add_done_callback(
+                lambda f, r=request: (
+                    f.cancelled() or f.exception() or seen.append((list(r.prompt_ids), list(f.result().token_ids)))
+                )
+            )
+        return futures
+
     sampler.sample = recording  # type: ignore[method-assign]
+    sampler.sample_together = recording_together  # type: ignore[method-assign]
     store = Store(tmp_path / "t.db")
     runner = Runner(
         env,

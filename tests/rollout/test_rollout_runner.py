@@ -133,9 +133,18 @@ def test_store_failure_keeps_trajectories() -> None:
 
 def test_runner_wall_time_returns_finished_episodes() -> None:
     env = FakeEnv(EnvLimits(max_turns=3), tool_delay=lambda t: 0.0 if t.id == "t0" else 5.0)
-    runner = Runner(env, ReactiveSampler(delay_s=0.0), progress=False, wall_time_s=0.5)
+    # free scheduling: t0's turns do not wait for the slow tools of the others (in lockstep they would)
+    runner = Runner(env, ReactiveSampler(delay_s=0.0), progress=False, wall_time_s=0.5, lockstep=False)
     trajs = runner.run_sync(_tasks(3), 1)
     assert [t.task_id for t in trajs] == ["t0"]
+
+
+def test_lockstep_runner_wall_time_cancels_the_waiting_wave() -> None:
+    # in lockstep t0's second turn waits for the others' slow tools; the wall time ends all three, and
+    # nothing hangs: the held request of each cancelled episode is dropped
+    env = FakeEnv(EnvLimits(max_turns=3), tool_delay=lambda t: 0.0 if t.id == "t0" else 5.0)
+    runner = Runner(env, ReactiveSampler(delay_s=0.0), progress=False, wall_time_s=0.5)
+    assert runner.run_sync(_tasks(3), 1) == []
 
 
 def test_progress_bar_runs() -> None:

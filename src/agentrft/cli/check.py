@@ -20,6 +20,9 @@ def check_command(
     temperature: float = typer.Option(1.0, "--temperature", min=0.0),
     db: Path | None = typer.Option(None, "--db", help="Keep the sampled trajectories in this store."),
     as_json: bool = typer.Option(False, "--json", help="Print the CheckResult as JSON."),
+    seed: int = typer.Option(
+        0, "--seed", help="Sampling seed: the same seed gives the same episodes, on an idle or a busy machine."
+    ),
 ) -> None:
     """Baseline success (Wilson CI), solved-at-least-once, guessability, grader determinism, reward skew → verdict."""
     with user_errors():
@@ -43,6 +46,7 @@ def check_command(
                 params=params,
                 env_spec=env,
                 progress=not as_json,
+                seed=seed,
             )
         finally:
             if store is not None:

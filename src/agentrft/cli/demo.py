@@ -15,6 +15,9 @@ _FULL, _QUICK = DemoSettings.preset(False), DemoSettings.preset(True)  # the --h
 
 def demo_cmd(
     quick: bool = typer.Option(False, "--quick", help="A few minutes: tiny evals and 2 training steps (CI smoke run)."),
+    seed: int | None = typer.Option(
+        None, "--seed", help="The run's seed (default 0): sampling, task order and the evals' episodes follow it."
+    ),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where the store, metrics, checkpoints and report go."),
     set_: list[str] = typer.Option(
         [],
@@ -68,6 +71,11 @@ def demo_cmd(
     from agentrft.inputs import InputError
     from agentrft.train.config import ConfigError
 
+    if seed is not None:
+        if agentic:
+            typer.echo("error: --agentic takes a stage's seed as --set rl.seed=N (and imitation./late.)", err=True)
+            raise typer.Exit(2)
+        set_ = [f"seed={seed}", *set_, *([f"ei.seed={seed}"] if expert_iteration else [])]
     if agentic:
         if env or expert_iteration:
             typer.echo("error: --agentic is finqa-lite's recipe; --env/--expert-iteration are not for it", err=True)

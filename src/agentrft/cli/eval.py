@@ -141,6 +141,9 @@ def eval_command(
         "per turn) or native (the chat template's tools).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
+    seed: int = typer.Option(
+        0, "--seed", help="Sampling seed: the same seed gives the same episodes, on an idle or a busy machine."
+    ),
 ) -> None:
     """Evaluate a policy: pass@k, pass^k, reward CI, tool use, cost per success, failure categories."""
     if compare is not None and all(compare):
@@ -212,6 +215,8 @@ def eval_command(
                 player=player,
                 agent_command=agent_command,
                 tool_format=tool_format,
+                seed=seed,
+                sampling_seed=seed,
             )
         finally:
             store.close()

@@ -28,6 +28,9 @@ def rollout(
     concurrency: int = typer.Option(64, "--concurrency", min=1),
     db: Path | None = typer.Option(None, "--db", help="SQLite store to record the episodes in."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary instead of text."),
+    seed: int = typer.Option(
+        0, "--seed", help="Sampling seed: the same seed gives the same episodes, on an idle or a busy machine."
+    ),
 ) -> None:
     """Run tasks × samples episodes concurrently, grade each with the environment's grader, print a summary."""
     from agentrft.rollout.formats import FORMAT_NAMES
@@ -64,6 +67,7 @@ def rollout(
             "samples": samples,
             "tool_format": tool_format,
             "temperature": temperature,
+            "seed": seed,
         },
     )
     if db is not None:
@@ -79,6 +83,7 @@ def rollout(
         params=params,
         max_concurrency=concurrency,
         progress=not as_json,
+        seed=seed,
     )
     try:
         runner.run_sync(tasks, samples, run_id=run.id)

@@ -234,6 +234,7 @@ async def check_async(
     env_spec: str | None = None,
     tool_format: str = "xml",
     progress: bool = True,
+    seed: int | None = 0,
 ) -> CheckResult:
     """Play ``samples`` episodes on the first ``tasks`` tasks of ``split``, then `assess` them."""
     from agentrft.eval.harness import select_tasks
@@ -247,7 +248,9 @@ async def check_async(
     if not chosen:
         raise InputError(f"environment {env.name!r} has no tasks in split {split!r}")
     grader = load_grader(env.grader_spec())
-    runner = Runner(env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress)
+    runner = Runner(
+        env, sampler, store=store, grader=grader, params=params, tool_format=tool_format, progress=progress, seed=seed
+    )
     trajs = await runner.run(chosen, samples, run_id=new_id())
     return assess(
         trajs,

@@ -371,6 +371,7 @@ async def evaluate_async(
     progress: bool = True,
     player: Any = None,
     agent_command: str | None = None,
+    sampling_seed: int | None = None,
 ) -> EvalResult:
     """Play ``samples`` episodes of each selected task, store them and the run, return the summary.
 
@@ -380,6 +381,8 @@ async def evaluate_async(
     ``grader`` defaults to the environment's own (``env.grader_spec()``); ``params``
     to the runner's default (temperature 1, the env's per-turn token limit).
     ``progress`` shows the runner's progress bar (turn it off when stdout is JSON).
+    ``sampling_seed`` reseeds the sampler first (`rollout.runner`: the same seed, the same episodes); ``seed``
+    seeds the bootstrap of the reward's confidence interval.
     """
     from agentrft.rollout.runner import Runner
 
@@ -403,6 +406,7 @@ async def evaluate_async(
         tool_format=tool_format,
         progress=progress,
         player=player,
+        seed=sampling_seed,
     )
     params = runner.params
     config = {
@@ -413,6 +417,7 @@ async def evaluate_async(
         "policy": getattr(sampler, "policy", None),
         "params": params.model_dump(),
         "tool_format": tool_format,
+        "sampling_seed": sampling_seed,
         "prices": None if prices is None else prices.model_dump(),
         **({"agent_command": agent_command} if agent_command else {}),
     }

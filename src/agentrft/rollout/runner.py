@@ -12,6 +12,11 @@ soon as it finishes, so a crash loses only the episodes in flight. The list
 returned is in task order, then sample order, whatever the finishing order.
 A runner wall time cancels unfinished episodes and returns the finished ones.
 
+Reproducible by default: with ``seed`` the sampler is reseeded at the start of each run, and in-process
+episodes play in lockstep (`rollout.lockstep`: episodes admitted in order, their samples sent in waves), so
+the same seed gives the same trajectories token for token on an idle or a busy machine. ``lockstep=False``
+lets each request join the sampler's batch the moment it arrives (a little faster; `benchmarks/lockstep.py`).
+
 Who plays an episode: the in-process agent loop (`agent.run_episode`), or an `EpisodePlayer`
 such as `agent_command.CommandAgent` (an agent program talking to a served session), which the
 runner keeps `running()` while the episodes play.
@@ -30,7 +35,8 @@ from typing import Any, Protocol
 from agentrft.envs.base import Environment
 from agentrft.graders import Grader, agrade_trajectory
 from agentrft.rollout.agent import run_episode
-from agentrft.samplers.base import ChatSampler, SamplingParams, TokenSampler
+from agentrft.rollout.lockstep import Lockstep
+from agentrft.samplers.base import ChatSampler, SamplingParams, TokenSampler, is_token_sampler
 from agentrft.types import Task, Trajectory, new_id
 
 
@@ -107,6 +113,8 @@ class Runner:
         progress: bool = True,
         wall_time_s: float | None = None,
         player: EpisodePlayer | None = None,
+        seed: int | None = None,
+        lockstep: bool = True,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -117,18 +125,21 @@ class Runner:
         self.progress = progress
         self.wall_time_s = wall_time_s
         self.player = player
+        self.seed = seed
+        # lockstep applies to the in-process agent loop over a token sampler (not to an agent program's HTTP calls)
+        self.lockstep = lockstep and player is None and is_token_sampler(sampler)
         self.stats = RunStats()
 
     async def _episode(
-        self, task: Task, group_id: str, run_id: str, policy_version: int | None, gate: asyncio.Semaphore, on_done: Any
+        self, task: Task, group_id: str, run_id: str, policy_version: int | None, gate: _Gate, index: int, on_done: Any
     ) -> Trajectory:
-        async with gate:
+        async with gate.slot(index) as sampler:
             if self.player is not None:
                 traj = await self.player.play(task, group_id=group_id, run_id=run_id, policy_version=policy_version)
             else:
                 traj = await run_episode(
                     self.env,
-                    self.sampler,
+                    sampler,
                     task,
                     params=self.params,
                     tool_format=self.tool_format,
@@ -163,8 +174,10 @@ class Runner:
         if samples_per_task < 1:
             raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
         self.stats = RunStats()
-        gate = asyncio.Semaphore(self.max_concurrency)
+        if self.seed is not None and hasattr(self.sampler, "reseed"):
+            self.sampler.reseed(self.seed)
         total = len(tasks) * samples_per_task
+        gate = _Gate(self.sampler, total, self.max_concurrency, self.lockstep)
         playing = self.player.running() if self.player is not None else contextlib.nullcontext()
         async with playing:
             return await self._run(tasks, samples_per_task, gate, total, run_id, policy_version, group_ids or {})
@@ -173,7 +186,7 @@ class Runner:
         self,
         tasks: list[Task],
         samples_per_task: int,
-        gate: asyncio.Semaphore,
+        gate: _Gate,
         total: int,
         run_id: str,
         policy_version: int | None,
@@ -184,8 +197,10 @@ class Runner:
             for task in tasks:
                 group_id = group_ids.get(task.id) or new_id()
                 jobs += [
-                    asyncio.create_task(self._episode(task, group_id, run_id, policy_version, gate, bar.tick))
-                    for _ in range(samples_per_task)
+                    asyncio.create_task(
+                        self._episode(task, group_id, run_id, policy_version, gate, len(jobs) + k, bar.tick)
+                    )
+                    for k in range(samples_per_task)
                 ]
             try:
                 async with asyncio.timeout(self.wall_time_s):
@@ -205,6 +220,29 @@ class Runner:
         self, tasks: list[Task], samples_per_task: int, *, run_id: str = "", policy_version: int | None = None
     ) -> list[Trajectory]:
         return asyncio.run(self.run(tasks, samples_per_task, run_id=run_id, policy_version=policy_version))
+
+
+class _Gate:
+    """How many episodes play at once and which sampler each sees: a semaphore over the shared sampler, or
+    in lockstep, admission in episode order and a per-episode view whose samples go out in waves."""
+
+    def __init__(self, sampler: Any, total: int, max_live: int, lockstep: bool) -> None:
+        self.sampler = sampler
+        self._lockstep = Lockstep(sampler, total, max_live) if lockstep else None
+        self._semaphore = asyncio.Semaphore(max_live)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, index: int) -> Any:
+        """Episode ``index`` (the runner's task, then sample order) plays within this context."""
+        if self._lockstep is None:
+            async with self._semaphore:
+                yield self.sampler
+            return
+        try:
+            await self._lockstep.enter(index)
+            yield self._lockstep.view(index)
+        finally:
+            self._lockstep.leave(index)
 
 
 class _Progress:

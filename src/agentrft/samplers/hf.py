@@ -76,6 +76,7 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     t0: float
     seed: int
+    together: bool = False  # one of a wave (`sample_together`): admitted as soon as it fits, never timed
 
 
 # The default ("auto") size of each of the engine's two KV stores, the batch cache and the prefix cache, in memory:
@@ -159,7 +160,7 @@ class HFSampler(InProcessPolicy):
         )
         self._weights_epoch = 0
         self._model_lock = threading.Lock()  # held by the engine while a batch runs, and by paused()
-        self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Pending | list[_Pending]] = queue.SimpleQueue()
         self._hold = threading.Event()  # set by paused(): admit nothing new
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,6 +201,31 @@ class HFSampler(InProcessPolicy):
         self._inbox.put(_Pending(request, fut, loop, time.perf_counter(), self._seeds.seed_for(request)))
         return await fut
 
+    def sample_together(self, requests: list[SampleRequest]) -> list[asyncio.Future[SampleResult]]:
+        """Queue ``requests`` as one wave (`rollout.lockstep`): the engine takes them in one piece, in this
+        order, and admits them as the KV budget allows, never by how long they waited; so the batches they
+        decode in depend on the requests alone. Seeds are derived in this order too. One future per request;
+        a request `sample` would refuse fails its own future alone."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[SampleResult]] = []
+        wave: list[_Pending] = []
+        now = time.perf_counter()
+        for request in requests:
+            fut: asyncio.Future[SampleResult] = loop.create_future()
+            futures.append(fut)
+            try:
+                self._validate(request)
+                if self._closed.is_set():
+                    raise RuntimeError("HFSampler is closed")
+            except Exception as exc:
+                fut.set_exception(exc)
+                continue
+            wave.append(_Pending(request, fut, loop, now, self._seeds.seed_for(request), together=True))
+        if wave:
+            self._ensure_engine()
+            self._inbox.put(wave)
+        return futures
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold new requests back, let in-flight ones finish, and give the caller the model alone.
@@ -238,21 +264,26 @@ class HFSampler(InProcessPolicy):
                 self._thread.start()
 
     def _gather(self, pending: deque[_Pending], block: bool) -> None:
-        """Move requests from the inbox to `pending`; when `block`, wait for one and then `batch_wait_s`."""
+        """Move requests from the inbox to `pending`; when `block`, wait for one and then `batch_wait_s`
+        (not after a wave: it came whole)."""
         if block and not pending:
             try:
-                pending.append(self._inbox.get(timeout=0.2))
+                _take(pending, self._inbox.get(timeout=0.2))
             except queue.Empty:
                 return
             deadline = time.monotonic() + self.batch_wait_s
-            while len(pending) < self.max_batch_size and (left := deadline - time.monotonic()) > 0:
+            while (
+                not pending[0].together
+                and len(pending) < self.max_batch_size
+                and (left := deadline - time.monotonic()) > 0
+            ):
                 try:
-                    pending.append(self._inbox.get(timeout=left))
+                    _take(pending, self._inbox.get(timeout=left))
                 except queue.Empty:
                     break
         while True:
             try:
-                pending.append(self._inbox.get_nowait())
+                _take(pending, self._inbox.get_nowait())
             except queue.Empty:
                 return
 
@@ -308,6 +339,7 @@ class HFSampler(InProcessPolicy):
             # waiting, or the oldest request has waited admit_max_wait_s.
             wait = (
                 bool(batch.n_alive and pending)
+                and not pending[0].together
                 and len(pending) < max(1, self.admit_fraction * batch.n_alive)
                 and time.perf_counter() - pending[0].t0 < self.admit_max_wait_s
             )
@@ -440,6 +472,13 @@ def _trim_heap() -> float:
     t0 = time.perf_counter()
     trim()
     return time.perf_counter() - t0
+
+
+def _take(pending: deque[_Pending], item: _Pending | list[_Pending]) -> None:
+    if isinstance(item, list):
+        pending.extend(item)
+    else:
+        pending.append(item)
 
 
 def _resolve(p: _Pending, result: SampleResult | None = None, exc: BaseException | None = None) -> None:

@@ -70,6 +70,12 @@ class RolloutConfig(_Cfg):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling; the trainer applies it too")
     max_tokens: int = Field(default=128, ge=1, description="sampled tokens per assistant turn")
     tool_format: FormatName = Field(default="xml", description="how tool calls look in the model's text")
+    lockstep: bool = Field(
+        default=True,
+        description="episodes admitted in order and their samples sent in waves (rollout/lockstep.py): the same "
+        "seed samples the same tokens on an idle or a busy machine; false lets each request join the running "
+        "batch as it arrives (no turn waits for another episode's tools; not reproducible under load)",
+    )
     grader: dict[str, Any] | None = Field(default=None, description="grader spec; None = the environment's default")
     curriculum: CurriculumConfig = Field(
         default_factory=CurriculumConfig, description="draw tasks across levels by pass rate (grpo, synchronous)"

@@ -94,7 +94,16 @@ def train_runner(cfg: TrainConfig, env: Environment, policy: TokenSampler, store
     r = cfg.rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens)
     player = None if cfg.agent is None else command_agent(cfg.agent, env, policy, params, r.tool_format)
-    return Runner(env, policy, store=store, tool_format=r.tool_format, progress=False, params=params, player=player)
+    return Runner(
+        env,
+        policy,
+        store=store,
+        tool_format=r.tool_format,
+        progress=False,
+        params=params,
+        player=player,
+        lockstep=r.lockstep,
+    )
 
 
 def command_agent(
