@@ -84,24 +84,26 @@ def serve(
     except ImportError:
         typer.echo("error: serving needs the 'serve' extra: pip install 'agentrft[serve]'", err=True)
         raise typer.Exit(1) from None
+    from agentrft.cli.support import open_store
     from agentrft.samplers.base import is_token_sampler
     from agentrft.samplers.policies import PolicyError, load_policy
 
+    store = open_store(db, create=True)  # a file that is not a store: exit 2 before the model loads
     try:
         sampler = load_policy(policy)
     except (PolicyError, OSError) as err:
+        store.close()
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(err, PolicyError) else 1) from None
     if not is_token_sampler(sampler):
+        store.close()
         typer.echo(f"error: policy {policy!r} returns no token ids; serve needs an in-process policy", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2)
 
     from agentrft.rollout.serve import ServeLimits, create_app
     from agentrft.samplers.inprocess import InProcessPolicy
-    from agentrft.store import Store
     from agentrft.types import Run
 
-    store = Store(db)
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
     limits = ServeLimits(

@@ -60,9 +60,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     from agentrft.samplers.policies import PolicyError
-    from agentrft.store.errors import AmbiguousIdError, BadRecordError, DuplicateIdError, NotFoundError
+    from agentrft.store.errors import (
+        AmbiguousIdError,
+        BadRecordError,
+        DuplicateIdError,
+        NotAStoreError,
+        NotFoundError,
+    )
 
-    return (InputError, PolicyError, NotFoundError, AmbiguousIdError, BadRecordError, DuplicateIdError)
+    return (InputError, PolicyError, NotFoundError, AmbiguousIdError, BadRecordError, DuplicateIdError, NotAStoreError)
 
 
 @contextmanager
@@ -95,19 +101,18 @@ def user_errors() -> Iterator[None]:
 
 
 def open_store(db: Path, *, create: bool = False) -> Store:
-    """The store at `db` (created when `create`); a missing or non-SQLite file is bad input."""
-    import sqlite3
-
-    from agentrft.store import Store
+    """The store at `db` (created when `create`); a missing, empty or non-store file is bad input, refused
+    before anything is written to it."""
+    from agentrft.store import NotAStoreError, Store
 
     if not create and not db.is_file():
         raise fail(f"no store at {db} (pass --db PATH)")
     if db.is_dir():
         raise fail(f"{db}: is a directory, not a store file (pass --db PATH/agentrft.db)")
     try:
-        return Store(db)
-    except sqlite3.DatabaseError as err:
-        raise fail(f"{db}: not an agentrft store ({err})") from None
+        return Store(db) if create else Store.open_existing(db)
+    except NotAStoreError as err:
+        raise fail(str(err)) from None
 
 
 def find_run(store: Store, ref: str) -> Run:

@@ -42,6 +42,7 @@ def train_cmd(
     ray_address: str = typer.Option(
         None, "--ray-address", help="With --ray: join this Ray cluster (else a local one)."
     ),
+    seed: int | None = typer.Option(None, "--seed", help="The run's seed (the config's `seed`, default 0)."),
 ) -> None:
     """Train a policy (method: grpo, sft, rejection_sampling or dpo) or a reward model (method: reward_model);
     metrics go to RUN_DIR/metrics.jsonl. GRPO runs asynchronously with --set async.max_staleness=K."""
@@ -51,6 +52,7 @@ def train_cmd(
         raise fail("--ray-address needs --ray")
     extra = ["ray.enabled=true"] if ray else []
     extra += [f"ray.address={ray_address}"] if ray_address else []
+    extra += [f"seed={seed}"] if seed is not None else []
     run_training(load_config(config, [*set_, *extra]), config, run_dir, resume, allow_config_change, as_json)
 
 
@@ -104,6 +106,11 @@ def run_training(
         run_dir = Path("runs") / f"{'train' if cfg.method == 'grpo' else cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
     if run_dir.exists() and not run_dir.is_dir():
         raise fail(f"--run-dir {run_dir} is a file, not a directory")
+    if resume and not run_dir.exists():
+        raise fail(f"--resume: {run_dir} does not exist (nothing to continue; leave --resume out to start it)")
+    blocker = next((p for p in run_dir.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise fail(f"--run-dir {run_dir}: {blocker} is a file, not a directory")
 
     from agentrft.train import train
     from agentrft.train.checkpoint import latest_checkpoint

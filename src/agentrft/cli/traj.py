@@ -39,7 +39,7 @@ def _filters(
 _run_opt = typer.Option(None, "--run", help="Only this run id.")
 _task_opt = typer.Option(None, "--task", help="Only this task id.")
 _group_opt = typer.Option(None, "--group", help="Only this group id.")
-_pv_opt = typer.Option(None, "--policy-version", help="Only this policy version.")
+_pv_opt = typer.Option(None, "--policy-version", min=0, max=2**63 - 1, help="Only this policy version.")
 _min_opt = typer.Option(None, "--min-reward", help="Only graded trajectories with reward >= X.")
 _max_opt = typer.Option(None, "--max-reward", help="Only graded trajectories with reward <= X.")
 _status_opt = typer.Option(None, "--status", help="completed | max_turns | truncated | error")

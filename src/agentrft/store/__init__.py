@@ -6,6 +6,7 @@ from agentrft.store.errors import (
     AmbiguousIdError,
     BadRecordError,
     DuplicateIdError,
+    NotAStoreError,
     NotFoundError,
     StoreError,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "BadRecordError",
     "DuplicateIdError",
     "ImportReport",
+    "NotAStoreError",
     "NotFoundError",
     "SkippedRecord",
     "Store",

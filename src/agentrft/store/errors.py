@@ -33,6 +33,10 @@ class DuplicateIdError(StoreError, ValueError):
     """A run or trajectory with that id is already in the store."""
 
 
+class NotAStoreError(StoreError, ValueError):
+    """A file that is not an agentrft store: empty, not SQLite, or another program's database."""
+
+
 class BadRecordError(StoreError, ValueError):
     """An import file holds a record that is not valid JSON or fails validation.
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrft.store import io as _io
-from agentrft.store.errors import AmbiguousIdError, DuplicateIdError, NotFoundError, StoreError
+from agentrft.store.errors import AmbiguousIdError, DuplicateIdError, NotAStoreError, NotFoundError, StoreError
 from agentrft.store.io import ImportReport
 from agentrft.store.schema import BUSY_TIMEOUT_MS, DDL, PRAGMAS, SCHEMA_VERSION
 from agentrft.types import Grade, Run, RunKind, Trajectory
@@ -137,7 +137,35 @@ class Store:
         self._conns_lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
-        self._init_schema()
+        try:
+            self._init_schema()
+        except sqlite3.DatabaseError as err:
+            self.close()
+            raise NotAStoreError(f"{self.path}: not an agentrft store ({err})") from None
+        except StoreError:
+            self.close()
+            raise
+
+    @classmethod
+    def open_existing(cls, path: str | Path, **kw: Any) -> Store:
+        """The store already at ``path``, for a command that reads: a missing or empty file, a file that is not
+        SQLite or another program's database is refused (`NotAStoreError`) before anything is written to it."""
+        path = Path(path)
+        if not path.is_file():
+            raise NotAStoreError(f"{path}: no such store file")
+        if path.stat().st_size == 0:
+            raise NotAStoreError(f"{path}: an empty file, not an agentrft store")
+        try:
+            probe = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+            try:
+                tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                probe.close()
+        except sqlite3.DatabaseError as err:
+            raise NotAStoreError(f"{path}: not an agentrft store ({err})") from None
+        if "trajectories" not in tables:
+            raise NotAStoreError(f"{path}: an SQLite database without agentrft's tables, not a store")
+        return cls(path, **kw)
 
     # ------------------------------------------------------------ connections
 
@@ -180,6 +208,9 @@ class Store:
     def _init_schema(self) -> None:
         with self._write() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "trajectories" not in tables:  # never add our tables to another program's database
+                raise NotAStoreError(f"{self.path}: an SQLite database without agentrft's tables, not a store")
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has store schema {version}, newer than this agentrft understands ({SCHEMA_VERSION})"

@@ -69,7 +69,7 @@ def _load(source: str) -> list[Trajectory]:
             finally:
                 scratch.close()
     try:
-        store = Store(path)
+        store = Store.open_existing(path)
     except StoreError as exc:
         raise InputError(f"data.source: {exc}") from None
     try:
@@ -84,7 +84,7 @@ def _run_ids(source: str, wanted: list[str]) -> set[str]:
         return set(wanted)
     from agentrft.store import Store
 
-    store = Store(source)
+    store = Store.open_existing(source)
     try:
         runs = store.list_runs()
     finally:
