@@ -125,3 +125,29 @@ def test_kill_9_then_resume_loses_nothing_and_trains_nothing_twice(tmp_path: Pat
     _run(tmp_path, resume=True, **over)
     assert before <= {t.id for t in _trajectories(tmp_path)}
     _check_ledger(tmp_path, 1, 5)
+
+
+class _ConstantGrader(F.FakeGrader):
+    """Every episode the same reward: no group carries signal, so dynamic sampling drops every one."""
+
+    def score(self, sample: Any, item: dict[str, Any]) -> Any:
+        from agentrft.graders import Score
+
+        return Score(0.0, sub={"low": 0.0}, turn_rewards=[0.0])
+
+
+def test_async_run_whose_every_group_is_dropped_fails_with_the_cause(tmp_path: Path) -> None:
+    # before: the trainer waited forever for a group to train on, and said nothing
+    comps = F.components(tmp_path)
+    comps.grader = _ConstantGrader()
+    cfg = F.config(**{**QUICK, "async.max_staleness": 1, "algorithm.dynamic_sampling.enabled": True})
+    with pytest.raises(RuntimeError, match=r"last 6 groups played were all dropped \(their episodes: zero_signal\)"):
+        train(cfg, tmp_path, components=comps)
+
+
+def test_grpo_refuses_a_group_of_one_at_load_time() -> None:
+    from agentrft.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rollout.group_size: GRPO compares"):
+        F.config(**{"rollout.group_size": 1})
+    F.config(**{"rollout.group_size": 1, "method": "rejection_sampling", "data.success_only": True})

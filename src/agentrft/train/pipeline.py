@@ -41,7 +41,7 @@ import bisect
 import contextlib
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -138,6 +138,11 @@ class Producer:
         self._busy_s, self._since = 0.0, time.perf_counter()
         self._busy_from: float | None = None
         self._stop = False
+        # groups dropped in a row (none kept since): past the synchronous loop's own budget, the trainer would
+        # wait for a group that never comes (a grader that fails every episode, a task set the policy has
+        # saturated under dynamic sampling), so the producer fails with the causes instead
+        self._dropped_in_a_row: Counter[str] = Counter()
+        self._drop_limit = cfg.algorithm.dynamic_sampling.max_rounds * cfg.rollout.tasks_per_step
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -152,6 +157,8 @@ class Producer:
         t0 = time.perf_counter()
         with self._cond:
             while True:
+                if isinstance(self._error, NoTrainableGroups):
+                    raise self._error
                 if self._error is not None:
                     raise RuntimeError(f"the rollout producer failed: {self._error!r}") from self._error
                 head = self._live[:n]
@@ -284,8 +291,29 @@ class Producer:
             slot.trajs, slot.group, slot.finished = trajs, kept, True
             if kept is None:
                 self._live.remove(slot)
+                self._dropped_in_a_row.update(set(dropped.values()))
+                self._dropped_in_a_row["groups"] += 1
+                if self._dropped_in_a_row["groups"] >= self._drop_limit:
+                    raise NoTrainableGroups(self._dropped_in_a_row)
+            else:
+                self._dropped_in_a_row.clear()
             self._cond.notify_all()
         self._poke()
+
+
+class NoTrainableGroups(RuntimeError):
+    """Every group played lately was dropped: the trainer would wait forever for one to train on."""
+
+    def __init__(self, causes: Counter[str]) -> None:
+        n = causes["groups"]
+        why = ", ".join(f"{k}" for k in sorted(causes) if k != "groups") or "unknown"
+        super().__init__(
+            f"async GRPO: the last {n} groups played were all dropped (their episodes: {why}); no update can "
+            "start. zero_signal: every episode of each group got the same reward (the tasks are too easy or too "
+            "hard: other tasks, or a curriculum); grader_error: see the trajectories' grade errors "
+            "(agentrft traj show); the synchronous loop would stop sampling after "
+            "algorithm.dynamic_sampling.max_rounds rounds as well"
+        )
 
 
 def check_staleness(
