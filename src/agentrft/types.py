@@ -298,7 +298,9 @@ class EnvRef(_Model):
     tool_schema_hash: str = ""
 
 
-Status = Literal["completed", "max_turns", "truncated", "error"]
+# truncated: the episode ran out of tokens (the policy's doing: trained, and may be penalised); timeout: it ran
+# out of wall time (the machine's or the tools' doing as much as the policy's: never trained)
+Status = Literal["completed", "max_turns", "truncated", "timeout", "error"]
 
 
 class Trajectory(_Model):
@@ -358,13 +360,16 @@ class Trajectory(_Model):
     def untrainable_reason(self) -> str | None:
         """Why this trajectory must not enter a training batch, or None when it may.
 
-        ``episode_error`` (the sampler or the loop failed: ``status == "error"``), ``ungraded``,
+        ``episode_error`` (the sampler or the loop failed: ``status == "error"``), ``timeout`` (stopped by
+        its wall-time budget: how long it ran says as much about the machine's load as about the policy), ``ungraded``,
         ``grader_error`` (the grade carries an error flag: the reward is not a measurement of the
         episode), ``no_tokens`` (an eval-only endpoint returned no token ids). Such trajectories
         never become rewards: they leave group statistics and the loss, and are counted.
         """
         if self.status == "error":
             return "episode_error"
+        if self.status == "timeout":
+            return "timeout"
         if self.grade is None:
             return "ungraded"
         if self.grade.errors:

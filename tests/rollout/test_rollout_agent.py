@@ -10,7 +10,7 @@ from rollout_fakes import EOS, FakeEnv, FakeSampler, chatml, decode, encode, rew
 from agentrft.envs.base import EnvLimits
 from agentrft.rollout.agent import run_episode
 from agentrft.samplers.base import SamplingParams
-from agentrft.types import FinalAnswerEvent, ModelCallEvent, ToolCallEvent, Trajectory
+from agentrft.types import FinalAnswerEvent, Grade, ModelCallEvent, ToolCallEvent, Trajectory
 
 PARAMS = SamplingParams(temperature=1.0, max_tokens=200)
 
@@ -214,14 +214,21 @@ def test_sampler_exception_is_error_status() -> None:
     assert len(traj.tool_calls) == 1
 
 
-def test_wall_time_truncates() -> None:
+def test_wall_time_is_a_timeout_never_trained() -> None:
+    # a time budget measures the machine and the tools as much as the policy: its own status, never trained
+    # (a token budget, the policy's own doing, stays truncated and trains)
     env = FakeEnv(EnvLimits(max_turns=3, wall_time_s=0.05))
     traj = play(FakeSampler(["slow"], delay_s=1.0), env)  # one model call past the limit
-    assert traj.status == "truncated" and traj.error == "a model call took longer than the wall time of 0.05 s"
-    slow_tools = FakeEnv(EnvLimits(max_turns=4, wall_time_s=0.3), tool_delay=lambda t: 0.2)  # the episode's own time
+    assert traj.status == "timeout" and traj.error == "a model call took longer than the wall time of 0.05 s"
+    # the first tool answers at once, the second would take 60 s: the episode's own 1 s cuts it off, however
+    # loaded the machine (a slower machine only cuts it later)
+    calls = iter([0.0, 60.0, 60.0])
+    slow_tools = FakeEnv(EnvLimits(max_turns=4, wall_time_s=1.0), tool_delay=lambda t: next(calls))
     traj = play(FakeSampler(["<calculate>1 + 1</calculate>"] * 3 + ["2"]), slow_tools)
-    assert traj.status == "truncated" and traj.error == "wall time of 0.3 s exceeded"
-    assert len(traj.tool_calls) == 1  # the second call's tool was cut off at 0.3 s
+    assert traj.status == "timeout" and traj.error == "wall time of 1 s exceeded"
+    assert len(traj.tool_calls) == 1
+    traj.grade = Grade(reward=1.0, success=True)
+    assert traj.untrainable_reason() == "timeout"
 
 
 def test_a_samplers_own_timeout_is_an_error_not_the_wall_time() -> None:

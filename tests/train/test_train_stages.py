@@ -164,3 +164,13 @@ def test_episode_errors_and_small_groups_are_dropped_and_counted():
     assert m["zero_signal_frac"] == pytest.approx(1 / 3, rel=1e-12)
     with pytest.raises(ValueError, match="filter_stage removes them"):
         advantage_stage([a], AlgorithmConfig())
+
+
+def test_a_timed_out_episode_is_excluded_and_counted_apart_from_truncation():
+    g = _group([1.0, 0.0, 1.0, 0.0])
+    g[0].status = "timeout"  # stopped by its wall-time budget: not a measurement of the policy
+    g[1].status = "truncated"  # out of tokens: the policy's own doing, trained
+    kept = filter_stage(g, drop_zero_signal=False)
+    assert [t.id for t in kept.groups[0]] == [t.id for t in g[1:]]
+    m = kept.metrics()
+    assert m["excluded/timeout"] == 1.0 and m["excluded_trajectories"] == 1.0

@@ -42,7 +42,7 @@ _group_opt = typer.Option(None, "--group", help="Only this group id.")
 _pv_opt = typer.Option(None, "--policy-version", min=0, max=2**63 - 1, help="Only this policy version.")
 _min_opt = typer.Option(None, "--min-reward", help="Only graded trajectories with reward >= X.")
 _max_opt = typer.Option(None, "--max-reward", help="Only graded trajectories with reward <= X.")
-_status_opt = typer.Option(None, "--status", help="completed | max_turns | truncated | error")
+_status_opt = typer.Option(None, "--status", help="completed | max_turns | truncated | timeout | error")
 
 
 def _summary(t: Any) -> dict[str, Any]:

@@ -195,7 +195,7 @@ def classify_failure(traj: Trajectory, task_data: Mapping[str, Any] | None = Non
                 return "wrong_operands"
             used.extend(nums)
 
-    if traj.status in ("max_turns", "truncated"):
+    if traj.status in ("max_turns", "truncated", "timeout"):
         return "over_budget"
     if not traj.tool_calls and (doc_ids or program):
         return "no_tool_call"

@@ -73,7 +73,7 @@ class _WallClock:
         except Exception as exc:
             if isinstance(exc, TimeoutError) and guard.expired():
                 raise EpisodeEnd(
-                    "truncated", f"a model call took longer than the wall time of {self.limit_s:g} s"
+                    "timeout", f"a model call took longer than the wall time of {self.limit_s:g} s"
                 ) from None
             raise EpisodeEnd("error", f"sampler failed: {type(exc).__name__}: {exc}") from None
         finally:
@@ -205,7 +205,7 @@ async def run_episode(
     except EpisodeEnd as end:
         traj.status, traj.error = end.status, end.error  # type: ignore[assignment]
     except TimeoutError:
-        traj.status, traj.error = "truncated", f"wall time of {limits.wall_time_s:g} s exceeded"
+        traj.status, traj.error = "timeout", f"wall time of {limits.wall_time_s:g} s exceeded"
     except TemplateError as exc:
         traj.status, traj.error = "error", str(exc)
     finally:  # a cancelled or failed episode releases what the environment holds for it too

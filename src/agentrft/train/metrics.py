@@ -59,7 +59,7 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str,
     out[f"{prefix}_tool_calls_per_episode"] = _mean([float(len(t.tool_calls)) for t in trajs])
     out[f"{prefix}_tool_errors_per_episode"] = _mean([float(sum(1 for c in t.tool_calls if c.error)) for t in trajs])
     out[f"{prefix}_turns_per_episode"] = _mean([float(t.num_turns) for t in trajs])
-    for status in ("completed", "max_turns", "truncated", "error"):
+    for status in ("completed", "max_turns", "truncated", "timeout", "error"):
         out[f"{prefix}_status/{status}"] = float(sum(1 for t in trajs if t.status == status))
     return out
 
