@@ -126,6 +126,9 @@ class Runner:
         self.wall_time_s = wall_time_s
         self.player = player
         self.seed = seed
+        # metadata every episode of the following runs carries from the moment it is stored (a training loop
+        # sets {"step": N}: a resumed run tells the steps it keeps from those it redoes by it)
+        self.tags: dict[str, Any] = {}
         # lockstep applies to the in-process agent loop over a token sampler (not to an agent program's HTTP calls)
         self.lockstep = lockstep and player is None and is_token_sampler(sampler)
         self.stats = RunStats()
@@ -148,6 +151,7 @@ class Runner:
                     policy_version=policy_version,
                     group_key=group_id,
                 )
+        traj.metadata.update(self.tags)
         if self.grader is not None:
             traj.grade = await agrade_trajectory(self.grader, traj, task.data)
         if self.store is not None:

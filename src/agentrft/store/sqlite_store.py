@@ -273,14 +273,19 @@ class Store:
 
     def rewind_run(self, run_id: str, *, policy_version: int, step: int, trajectories: bool = True) -> int:
         """Forget what a run recorded after a checkpoint: its trajectories sampled by weights of
-        `policy_version` or later (unless ``trajectories`` is False: an asynchronous run keeps and marks
-        them) and its step metrics after `step`. A resumed training run redoes those steps, so they
-        would otherwise be counted twice. Returns the trajectories removed."""
+        `policy_version` or later in a step after `step` (``metadata.step``, which the training loops record;
+        a record without one goes by its version alone), unless ``trajectories`` is False (an asynchronous run
+        keeps and marks them), and its step metrics after `step`. A resumed training run redoes those steps,
+        so they would otherwise be counted twice. A step whose update was skipped left the version as it was:
+        its trajectories share their version with the next step's, and only the step tells them apart.
+        Returns the trajectories removed."""
         with self._write() as conn:
             n = 0
             if trajectories:
                 n = conn.execute(
-                    "DELETE FROM trajectories WHERE run_id = ? AND policy_version >= ?", (run_id, int(policy_version))
+                    "DELETE FROM trajectories WHERE run_id = ? AND policy_version >= ? AND "
+                    "coalesce(json_extract(data, '$.metadata.step'), ? + 1) > ?",
+                    (run_id, int(policy_version), int(step), int(step)),
                 ).rowcount
             conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, int(step)))
         return int(n)

@@ -258,11 +258,10 @@ class TrainConfig(_Cfg):
     def _method_data(self) -> TrainConfig:
         if self.optimizer.context_grad == "stop" and self.method in ("dpo", "reward_model"):
             raise ValueError(f"optimizer.context_grad: stop is for grpo, sft and rejection_sampling, not {self.method}")
-        if self.method == "grpo" and self.rollout.group_size - self.rollout.expert_per_group < 2:
+        if self.method == "grpo" and self.rollout.group_size < 2:
             raise ValueError(
-                f"rollout.group_size: GRPO compares each episode with its group's others; a group of "
-                f"{self.rollout.group_size - self.rollout.expert_per_group} policy episode(s) carries no signal "
-                "(set 2 or more)"
+                "rollout.group_size: GRPO compares each episode with its group's others; a group of 1 carries no "
+                "signal (set 2 or more)"
             )
         if self.async_.max_staleness and self.method != "grpo":
             raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")

@@ -277,6 +277,9 @@ def _grpo_step(
     def step_fn(step: int) -> dict[str, float]:
         policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
         model.eval()  # sampling: no dropout
+        for r in (runner, expert):
+            if r is not None:
+                r.tags["step"] = step  # what a resume keeps (train/resume.py)
         groups, state.cursor, metrics = collect_stage(
             cfg, runner, source, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store, expert
         )
@@ -312,7 +315,8 @@ def update_and_sync(
     skipped: tuple[int, int] = (0, 0),
 ) -> dict[str, float]:
     """GRPO's update with the sampler paused, then the sync: the sampler samples the new version from now on.
-    ``skipped``: the zero-advantage trajectories' (loss tokens, sequences), not in ``batches``."""
+    ``skipped``: the zero-advantage trajectories' (loss tokens, sequences), not in ``batches``. An update with
+    no token to learn from (``update_skipped``) leaves the weights and so their version as they were."""
     state = session.state
     with policy.paused():
         metrics = policy_update(
@@ -328,6 +332,8 @@ def update_and_sync(
             correction=cfg.off_policy_correction(),
             skipped=skipped,
         )
+        if metrics.get("update_skipped"):
+            return metrics
         state.policy_version += 1
         t_sync = time.perf_counter()
         policy.weights_updated(state.policy_version)
@@ -346,7 +352,14 @@ def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, re
     cursor = state.cursor
     if resumed and comps.store is not None:
         requeued, redo, cursor = resume_plan(
-            comps.store, session.run_id, cfg, tasks, step=state.step, version=state.policy_version, cursor=state.cursor
+            comps.store,
+            session.run_id,
+            cfg,
+            tasks,
+            step=state.step,
+            version=state.policy_version,
+            cursor=state.cursor,
+            grader=comps.grader,
         )
     comps.sampler.reseed(cfg.seed * 1_000_003 + state.step)
     player: Player

@@ -29,7 +29,8 @@ staleness, an interruption).
 kill, `resume_plan` puts back (oldest first) every complete, stored group from that draw
 on that the resumed run may still use: sampled by weights no newer than the checkpoint's
 (those after it are lost) and either never trained or trained by an update the kill
-lost. Draws whose group is incomplete, lost or unusable are played again; their stored
+lost. A complete group the kill caught between storing its episodes and grading them is
+graded then. Draws whose group is incomplete, lost or unusable are played again; their stored
 trajectories are marked dropped with the reason. So no finished trajectory is lost and
 none is trained twice into the weights that survive.
 """
@@ -350,10 +351,20 @@ def step_metrics(slots: Sequence[Slot], staleness: list[int], k: int) -> dict[st
 
 
 def resume_plan(
-    store: Store, run_id: str, cfg: TrainConfig, tasks: Sequence[Task], *, step: int, version: int, cursor: int
+    store: Store,
+    run_id: str,
+    cfg: TrainConfig,
+    tasks: Sequence[Task],
+    *,
+    step: int,
+    version: int,
+    cursor: int,
+    grader: Grader | None = None,
 ) -> tuple[list[Slot], list[int], int]:
     """(groups put back, draws to play again, the producer's next new draw) for a run resumed at checkpoint
-    (``step``, ``version``, ``cursor``); marks the stored trajectories it will not use (module docstring)."""
+    (``step``, ``version``, ``cursor``); marks the stored trajectories it will not use (module docstring). A
+    complete group the kill caught between storing its episodes and grading them is graded now (``grader``)
+    and put back like any other, not dropped as ungraded."""
     by_draw: dict[int, list[Trajectory]] = {}
     trained_draws: set[int] = set()
     marks: dict[str, dict[str, Any]] = {}
@@ -385,6 +396,12 @@ def resume_plan(
             marks.update({t.id: {"dropped": why, "trained_step": None} for t in members})
             redo.append(draw)
             continue
+        ungraded = [t for t in members if t.grade is None]
+        if ungraded and grader is not None:
+            grades = asyncio.run(agrade_trajectories(grader, ungraded, [task.data] * len(ungraded)))
+            for t, grade in zip(ungraded, grades, strict=True):
+                t.grade = grade
+                store.set_grade(t.id, grade)
         filtered = filter_stage(members, drop_zero_signal=cfg.algorithm.dynamic_sampling.enabled)
         kept = filtered.groups[0] if filtered.groups else None
         reasons = drop_reasons(members, {t.id for t in kept or []})

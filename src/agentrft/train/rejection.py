@@ -59,6 +59,7 @@ def rejection_sampling_step(
 
     def collect(step: int) -> dict[str, float]:
         policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
+        runner.tags["step"] = step  # what a resume keeps (train/resume.py)
         session.model.eval()
         batch = next_tasks(tasks, state.cursor, rs.tasks_per_round, cfg.seed)
         state.cursor += len(batch)

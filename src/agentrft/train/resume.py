@@ -4,7 +4,9 @@
   is never mistaken for a finished one.
 * `--resume` continues from the latest checkpoint (step k, weights version v). The
   steps after k were logged and sampled but are redone, identically (fixed seeds):
-  their trajectories (sampled by weights >= v), step metrics (> k) and periodic
+  their trajectories (sampled by weights >= v in a step after k: each records its
+  ``metadata.step``, since a step whose update was skipped leaves the version as
+  it was), step metrics (> k) and periodic
   eval runs (of versions > v) are removed first, so exports, evals and reports
   never count them twice. What was removed is noted in the run's metadata.
 * `--resume` with a config that differs from the saved ``config.yaml`` is refused,

@@ -124,8 +124,8 @@ def sft_update(
 def train_stage(
     cfg: TrainConfig, policy: TrainablePolicy, session: Session, trajs: list[Trajectory]
 ) -> dict[str, float]:
-    """pack -> update -> sync on ``trajs`` (each with a token record); the weights version advances even when
-    there was nothing to learn from, so that a version always names a step (resume rewinds by version)."""
+    """pack -> update -> sync on ``trajs`` (each with a token record); with nothing to learn from
+    (``update_skipped``) the weights and their version stay as they were."""
     state, model = session.state, session.model
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
     loss_masks = [[float(m) for m in t.tokens.loss_mask] if t.tokens is not None else [] for t in trajs]
@@ -135,8 +135,9 @@ def train_stage(
         metrics = sft_update(
             model, session.optimizer, session.scheduler, batches, cfg.optimizer, precision=session.precision
         )
-        state.policy_version += 1
-        policy.weights_updated(state.policy_version)  # sync: a sampler samples from these weights from now on
+        if not metrics.get("update_skipped"):
+            state.policy_version += 1
+            policy.weights_updated(state.policy_version)  # sync: a sampler samples from these weights from now on
     model.eval()
     trim()
     metrics["time/training_s"] = time.perf_counter() - t0
