@@ -351,3 +351,18 @@ def test_cli_warns_on_a_public_host_with_api_key_and_loopback_is_quiet() -> None
 def test_empty_api_key_is_refused() -> None:
     with pytest.raises(ValueError, match="every client"):
         create_app(FakeSampler([]), api_key="")
+
+
+def test_a_client_seed_is_ignored_and_counted_under_the_runs_sampling() -> None:
+    # an agent program that always sends seed=7 would give every episode of a group the same tokens
+    from agentrft.samplers.base import SamplingParams
+
+    body = {"messages": USER, "seed": 7, "n": 2}
+    c, sampler, _ = client(["1", "2", "3", "4"], sampling=SamplingParams(temperature=1.0, max_tokens=16))
+    assert c.post("/v1/chat/completions", json=body).status_code == 200
+    assert c.post("/v1/chat/completions", json={**body, "n": 1}).status_code == 200
+    assert [r.params.seed for r in sampler.requests] == [None, None, None]
+    assert c.app.state.ignored_seeds == 2
+    served, plain, _ = client(["1", "2"])  # outside training the client's seed is honoured (choice i: seed + i)
+    assert served.post("/v1/chat/completions", json=body).status_code == 200
+    assert [r.params.seed for r in plain.requests] == [7, 8] and served.app.state.ignored_seeds == 0

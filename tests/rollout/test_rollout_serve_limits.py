@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -303,3 +304,20 @@ def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -
     print(
         f"\n[timing] SIGTERM -> exit 0: {exit_s:.2f} s (--shutdown-timeout {grace}; 1 finished and recorded, 1 abandoned with 503)"
     )
+
+
+def test_a_half_sent_body_leaves_no_traceback(tiny: HFSampler, caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(tiny)
+    with caplog.at_level(logging.WARNING), live_server(app) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"messages": ['
+            )
+        deadline = time.monotonic() + 30  # generous: the event is the count, not a time bound
+        while app.state.abandoned < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.state.abandoned == 1
+        assert httpx.get(f"{url}/v1/models").status_code == 200
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()], caplog.text

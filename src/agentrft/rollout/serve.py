@@ -26,7 +26,10 @@ Sessions still open at shutdown are recorded then.
 
 ``sampling`` (agent commands, `agent_command.py`): the run's sampling distribution
 replaces each request's temperature and top-p, and caps its max_tokens, because the
-trainer trains the distribution the sampler drew from.
+trainer trains the distribution the sampler drew from. A client's ``seed`` is ignored
+then (and counted, ``app.state.ignored_seeds``): a program that always sends the same
+seed would have every episode of a group sample the same tokens, and the group would
+carry no signal; the run's sampler seeds each request itself.
 
 Errors follow the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``
 with a one-line message: a malformed request is a 400, refused before any
@@ -64,6 +67,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from agentrft.rollout.agent import to_render
 from agentrft.rollout.formats import make_format
@@ -125,6 +129,7 @@ def create_app(
     app = FastAPI(title="agentrft serve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.recorded = 0
     app.state.abandoned = 0
+    app.state.ignored_seeds = 0
     app.state.store_errors = []
     app.state.sessions = book
 
@@ -209,7 +214,11 @@ def create_app(
     async def _chat(request: Request, sid: str | None) -> Response:
         try:
             _check_key(request)
-            raw = await read_body(request, limits.max_body_bytes)
+            try:
+                raw = await read_body(request, limits.max_body_bytes)
+            except ClientDisconnect:  # a half-sent body: the client is gone; nobody reads an answer, no traceback
+                app.state.abandoned += 1
+                return Response(status_code=499)
             req = await asyncio.to_thread(parse_chat_request, raw, limits)
             result = await _unless_client_leaves(request, _complete(req, sid))
         except asyncio.CancelledError:
@@ -315,8 +324,12 @@ def create_app(
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         if calls_tools:
             stops += prep.fmt.stop_strings()
+        seed = req.seed
         if sampling is not None:
             temperature, top_p, top_k = sampling.temperature, sampling.top_p, sampling.top_k
+            if seed is not None:
+                app.state.ignored_seeds += 1
+                seed = None
         else:
             temperature = 1.0 if req.temperature is None else req.temperature
             top_p, top_k = (1.0 if req.top_p is None else req.top_p), None
@@ -324,7 +337,7 @@ def create_app(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
-            seed=req.seed,
+            seed=seed,
             max_tokens=_max_tokens(req, n_prompt),
             stop=list(dict.fromkeys(stops)),
         )
