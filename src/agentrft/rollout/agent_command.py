@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrft.envs.base import Environment
 from agentrft.rollout.serve_request import ServeLimits
-from agentrft.rollout.sessions import Session, SessionBook
+from agentrft.rollout.sessions import Session
 from agentrft.samplers.base import SamplingParams, TokenSampler
 from agentrft.types import Task, Trajectory, new_id
 
@@ -131,7 +131,7 @@ class CommandAgent:
     ) -> None:
         self.config, self.env, self.sampler = config, env, sampler
         self.params, self.tool_format, self.limits = params, tool_format, limits
-        self.sessions = SessionBook()
+        self.sessions = (limits or ServeLimits()).session_book()
         self._gate: asyncio.Semaphore | None = None  # made in `running()`: each rollout may run on a new event loop
         self._base: str | None = None
         self._key = secrets.token_urlsafe(24)
@@ -183,7 +183,11 @@ class CommandAgent:
         sid = new_id()
         async with self._gate:
             answer, error = await self._run(task, f"{self._base}/sessions/{sid}", sid)
-        session = self.sessions.pop(sid) or Session(sid)  # no session: the agent never called the model
+        session = self.sessions.pop(sid)
+        evicted = None if session is not None else self.sessions.evicted_reason(sid)
+        if evicted is not None:  # the server forgot it mid-episode (too idle, or too much held): not trained
+            error = error or f"session evicted: {evicted}"
+        session = session or Session(sid)  # no session: the agent never called the model
         traj = session.trajectory(
             policy=self.sampler.policy,
             run_id=run_id,

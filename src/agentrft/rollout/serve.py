@@ -117,7 +117,19 @@ def create_app(
         raise ValueError("api_key is empty: it would let every client in")
     make_format(tool_format, [])  # fail at start-up, not per request, on an unknown format
     own_sessions = sessions is None
-    book = sessions if sessions is not None else SessionBook()
+
+    def _evicted(session: Session, reason: str) -> None:  # never dropped silently: an error episode, with why
+        if session.calls:
+            traj = session.trajectory(
+                policy=sampler.policy,
+                run_id=run_id,
+                group_id=session.id,
+                status="error",
+                error=f"session evicted: {reason}",
+            )
+            _store(traj, f"session {session.id}")
+
+    book = sessions if sessions is not None else limits.session_book(on_evict=_evicted)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -372,7 +384,8 @@ def create_app(
         completion_id = f"chatcmpl-{new_id()}"
         if in_session is not None:
             session, plan = in_session
-            session.calls.append(
+            book.add(
+                session,
                 SessionCall(
                     index=len(session.calls),
                     messages=prep.messages,
@@ -396,7 +409,7 @@ def create_app(
                     parent=plan.parent,
                     split=plan.split,
                     created_at=t0,
-                )
+                ),
             )
         else:
             for result, (message, _) in zip(results, replies, strict=True):

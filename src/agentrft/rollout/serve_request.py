@@ -36,6 +36,8 @@ from agentrft.types import Message
 if TYPE_CHECKING:  # fastapi is the `serve` extra: only the server itself needs it at run time
     from fastapi import Request
 
+    from agentrft.rollout.sessions import SessionBook
+
 MiB = 1024 * 1024
 
 
@@ -59,6 +61,24 @@ class ServeLimits(BaseModel):
     max_session_requests: int = Field(
         default=256, ge=1, description="most requests one session may make (each is kept until the session ends)"
     )
+    max_sessions: int = Field(default=10_000, ge=1, description="most sessions open at once")
+    max_session_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 20,
+        description="what all open sessions may hold (token ids and text, `sessions.call_bytes`); past it the least "
+        "recently used is recorded as an error episode and forgotten",
+    )
+    session_idle_s: float = Field(
+        default=3600.0, gt=0, le=7 * 86400, description="a session idle this long is recorded as an error and forgotten"
+    )
+
+    def session_book(self, on_evict: Any = None) -> SessionBook:
+        """An empty book of sessions bounded by these limits."""
+        from agentrft.rollout.sessions import SessionBook
+
+        return SessionBook(
+            self.max_sessions, max_bytes=self.max_session_bytes, idle_s=self.session_idle_s, on_evict=on_evict
+        )
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> ServeLimits:

@@ -16,6 +16,7 @@ import json
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     created_at: float = field(default_factory=time.time)
     trajectory_id: str = field(default_factory=new_id)
+    last_used: float = field(default_factory=time.monotonic)
+    bytes: int = 0  # what its calls hold (`call_bytes`)
 
     def trajectory(
         self,
@@ -169,32 +172,97 @@ def _tool_call_events(calls: list[SessionCall], chosen: dict[int, int]) -> list[
     return events
 
 
-class SessionBook:
-    """Open sessions by id; the oldest are forgotten past ``max_sessions`` (their records go with them)."""
+def call_bytes(call: SessionCall) -> int:
+    """About what one served request holds while its session is open: its token ids (the prompt twice, as
+    rendered and as consumed; each choice's ids and log-probs) and its messages' text (twice: as given and as
+    rendered). An estimate that grows as the memory does, for the book's bound."""
+    ids = len(call.rendered) + len(call.prompt_ids) + sum(2 * len(ch.token_ids) for ch in call.choices)
+    text = sum(len(m.content) if isinstance(m.content, str) else 0 for m in call.messages)
+    return 8 * ids + 2 * text
 
-    def __init__(self, max_sessions: int = 10_000) -> None:
+
+class SessionBook:
+    """Open sessions by id, bounded three ways: how many (``max_sessions``), what they hold in all
+    (``max_bytes``, by `call_bytes`) and how long one may sit idle (``idle_s``). Past a bound the least
+    recently used session is evicted: never silently, ``on_evict(session, reason)`` hears of it (the server
+    records it as an error episode with the reason), and `evicted_reason` answers for its id afterwards (an
+    agent program's episode ends in that error)."""
+
+    def __init__(
+        self,
+        max_sessions: int = 10_000,
+        *,
+        max_bytes: int = 1 << 30,
+        idle_s: float = 3600.0,
+        on_evict: Callable[[Session, str], None] | None = None,
+    ) -> None:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
-        self.max_sessions = max_sessions
-        self._open: OrderedDict[str, Session] = OrderedDict()
+        if max_bytes < 1 or idle_s <= 0:
+            raise ValueError(f"max_bytes and idle_s must be positive, got {max_bytes} and {idle_s}")
+        self.max_sessions, self.max_bytes, self.idle_s = max_sessions, max_bytes, idle_s
+        self.on_evict = on_evict
+        self._open: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+        self._reasons: OrderedDict[str, str] = OrderedDict()  # evicted ids -> why (the latest max_sessions)
+        self.bytes = 0
         self.evicted = 0
 
     def open(self, session_id: str) -> Session:
-        """The session with this id, started on first use."""
+        """The session with this id (started on first use), now the most recently used."""
+        self._evict_idle(exempt=session_id)
         session = self._open.get(session_id)
         if session is None:
             session = self._open[session_id] = Session(session_id)
+            self._reasons.pop(session_id, None)
             while len(self._open) > self.max_sessions:
-                self._open.popitem(last=False)
-                self.evicted += 1
+                self._evict_oldest(f"the bound of {self.max_sessions:,} open sessions was reached")
+        self._open.move_to_end(session_id)
+        session.last_used = time.monotonic()
         return session
+
+    def add(self, session: Session, call: SessionCall) -> None:
+        """Record a served request in its session; older sessions go while the book holds more than max_bytes."""
+        size = call_bytes(call)
+        session.calls.append(call)
+        session.bytes += size
+        if self._open.get(session.id) is session:
+            self.bytes += size
+        while self.bytes > self.max_bytes and len(self._open) > 1 and next(iter(self._open)) != session.id:
+            self._evict_oldest(f"the open sessions held more than {self.max_bytes:,} bytes")
 
     def get(self, session_id: str) -> Session | None:
         return self._open.get(session_id)
 
     def pop(self, session_id: str) -> Session | None:
-        """Forget the session and return it (None if it never served a request)."""
-        return self._open.pop(session_id, None)
+        """Forget the session and return it (None if it never served a request, or was evicted)."""
+        session = self._open.pop(session_id, None)
+        if session is not None:
+            self.bytes -= session.bytes
+        return session
+
+    def evicted_reason(self, session_id: str) -> str | None:
+        """Why the session with this id was evicted, if it was (and has not been opened again since)."""
+        return self._reasons.get(session_id)
 
     def ids(self) -> list[str]:
         return list(self._open)
+
+    def _evict_idle(self, exempt: str) -> None:
+        cutoff = time.monotonic() - self.idle_s
+        while self._open:
+            sid, oldest = next(iter(self._open.items()))
+            if sid == exempt or oldest.last_used > cutoff:
+                return
+            self._evict(sid, f"idle for more than {self.idle_s:g} s")
+
+    def _evict_oldest(self, reason: str) -> None:
+        self._evict(next(iter(self._open)), reason)
+
+    def _evict(self, session_id: str, reason: str) -> None:
+        session = self.pop(session_id)
+        self.evicted += 1
+        self._reasons[session_id] = reason
+        while len(self._reasons) > self.max_sessions:
+            self._reasons.popitem(last=False)
+        if session is not None and self.on_evict is not None:
+            self.on_evict(session, reason)
