@@ -115,8 +115,12 @@ def serve(
     )
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
+    from agentrft.rollout.serve_http import server_config
+
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
+        server_config(
+            app, limits, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout
+        )
     )
     # uvicorn stops gracefully on the first SIGTERM/SIGINT, then raises the signal again for the
     # handler it found: with the default one the process died by it (exit 143) before the store

@@ -142,6 +142,7 @@ class CommandAgent:
         import uvicorn
 
         from agentrft.rollout.serve import create_app
+        from agentrft.rollout.serve_http import server_config
 
         app = create_app(
             self.sampler,
@@ -155,8 +156,14 @@ class CommandAgent:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app, log_config=None, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        config = server_config(
+            app,
+            self.limits or ServeLimits(),
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
         )
         server = uvicorn.Server(config)
         self._gate = asyncio.Semaphore(self.config.max_concurrency)

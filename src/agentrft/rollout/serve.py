@@ -47,6 +47,11 @@ What one client can hold (`ServeLimits`):
   while a large prompt is tokenized;
 * the engine — a client that disconnects has its request cancelled: the HF
   engine retires it before its next decode step;
+* connections — at most ``max_connections`` at once; headers due within
+  ``header_timeout_s``, the body within ``body_timeout_s`` (a 408); the log gets one
+  line per condition (`serve_http`, the uvicorn config both servers run with);
+* sessions — bounded by count, bytes and idle time; an evicted one is recorded as
+  an error episode with its reason (`sessions.SessionBook`);
 * shutdown — uvicorn lets in-flight requests run for its graceful-shutdown
   timeout (``agentrft serve --shutdown-timeout``), then cancels them; those are
   answered 503 and not recorded. A completion is
@@ -148,7 +153,7 @@ def create_app(
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         # The rest of an oversized body is never read: the connection cannot carry another request.
-        headers = {"connection": "close"} if exc.status == 413 else None
+        headers = {"connection": "close"} if exc.status in (408, 413) else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -227,7 +232,7 @@ def create_app(
         try:
             _check_key(request)
             try:
-                raw = await read_body(request, limits.max_body_bytes)
+                raw = await read_body(request, limits.max_body_bytes, limits.body_timeout_s)
             except ClientDisconnect:  # a half-sent body: the client is gone; nobody reads an answer, no traceback
                 app.state.abandoned += 1
                 return Response(status_code=499)

@@ -62,6 +62,15 @@ class ServeLimits(BaseModel):
         default=256, ge=1, description="most requests one session may make (each is kept until the session ends)"
     )
     max_sessions: int = Field(default=10_000, ge=1, description="most sessions open at once")
+    max_connections: int = Field(
+        default=512, ge=1, description="most connections open at once (and below the open-file limit); past it, closed"
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=3600, description="a connection whose request headers take longer is closed"
+    )
+    body_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="a request body that takes longer to arrive is a 408"
+    )
     max_session_bytes: int = Field(
         default=1 << 30,
         ge=1 << 20,
@@ -363,19 +372,24 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {one_line(str(exc))}"
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
     """The request body, or 413 as soon as it is known to exceed `limit` bytes: from Content-Length
-    before reading anything, else (chunked) at the chunk that crosses it."""
+    before reading anything, else (chunked) at the chunk that crosses it; 408 when it has not all
+    arrived within ``timeout_s`` (a client that trickles its body holds a connection for nothing)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, f"request body not received within {timeout_s:g} s", code="request_timeout") from None
     return b"".join(chunks)
 
 
