@@ -111,10 +111,9 @@ def test_bad_answers_are_tool_errors(server: str, path: str, kind: str, text: st
 
 
 def test_timeout_unreachable_and_long_output(server: str) -> None:
-    t0 = time.monotonic()
     slow = _call(HttpTool(SCHEMA, HttpEndpoint(url=f"{server}/slow", timeout_s=0.2)), {"base": "a", "quote": "b"})
+    # a timeout, not the endpoint's late answer (1 s): the behaviour, whatever the machine's load
     assert slow.error_kind == "timeout" and "timed out after 0.2 s" in slow.content
-    assert time.monotonic() - t0 < 0.9
     gone = _call(HttpTool(SCHEMA, HttpEndpoint(url="http://127.0.0.1:9/x", timeout_s=2)), {"base": "a", "quote": "b"})
     assert gone.error_kind == "unreachable"
     long = _call(
