@@ -361,7 +361,9 @@ class Trajectory(_Model):
         """Why this trajectory must not enter a training batch, or None when it may.
 
         ``episode_error`` (the sampler or the loop failed: ``status == "error"``), ``timeout`` (stopped by
-        its wall-time budget: how long it ran says as much about the machine's load as about the policy), ``ungraded``,
+        its wall-time budget: how long it ran says as much about the machine's load as about the policy),
+        ``injected_fault`` (an injected tool fault hit its last call and it ended without an answer:
+        `envs.faults`), ``ungraded``,
         ``grader_error`` (the grade carries an error flag: the reward is not a measurement of the
         episode), ``no_tokens`` (an eval-only endpoint returned no token ids). Such trajectories
         never become rewards: they leave group statistics and the loss, and are counted.
@@ -370,6 +372,9 @@ class Trajectory(_Model):
             return "episode_error"
         if self.status == "timeout":
             return "timeout"
+        env = self.metadata.get("env")
+        if self.status != "completed" and isinstance(env, dict) and env.get("last_call_faulted"):
+            return "injected_fault"  # envs/faults.py: its last tool call failed by injection, no turn left after
         if self.grade is None:
             return "ungraded"
         if self.grade.errors:

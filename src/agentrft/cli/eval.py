@@ -46,6 +46,19 @@ def _print_result(res: Any) -> None:
     typer.echo(f"run id: {res.run_id}")
 
 
+def _print_robustness(rows: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="robustness to tool faults (the same tasks and sampling seed)")
+    for col in ("faults", "pass@1", "episodes", "hit by a fault", "recovered", "recovery rate"):
+        table.add_column(col, justify="left" if col == "faults" else "right")
+    for r in rows:
+        rate = "–" if r.recovery_rate is None else f"{r.recovery_rate:.1%}"
+        table.add_row(r.faults, f"{r.pass_at_1:.1%}", str(r.episodes), str(r.hit), str(r.recovered), rate)
+    Console().print(table)
+
+
 def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
     from agentrft.eval.metrics import paired_test
 
@@ -141,6 +154,12 @@ def eval_command(
         "per turn) or native (the chat template's tools).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
+    faults: list[str] = typer.Option(
+        [],
+        "--faults",
+        help="Also evaluate under seeded tool faults (repeatable), e.g. --faults error=0.1 --faults error=0.3: "
+        "pass@1 and the recovery rate beside the clean eval's (envs/faults.py lists the kinds).",
+    ),
     seed: int = typer.Option(
         0, "--seed", help="Sampling seed: the same seed gives the same episodes, on an idle or a busy machine."
     ),
@@ -198,9 +217,24 @@ def eval_command(
                 completion_per_mtok=completion_price or 0.0,
                 compute_per_hour=compute_price or 0.0,
             )
+        if faults:
+            from agentrft.envs.faults import FaultSpec
+
+            for spec in faults:
+                FaultSpec.parse(spec)  # a bad spec is refused before the store or any episode
         store = open_store(db, create=True)
+        rows: list[Any] | None = None
         try:
-            res = evaluate(
+            if faults:
+                from agentrft.eval.robustness import evaluate_robustness
+
+                def run(*args: Any, **kw: Any) -> Any:
+                    nonlocal rows
+                    result, rows = evaluate_robustness(*args, specs=list(faults), **kw)
+                    return result
+            else:
+                run = evaluate
+            res = run(
                 environment,
                 sampler,
                 split=split,
@@ -221,9 +255,15 @@ def eval_command(
         finally:
             store.close()
     if as_json:
-        typer.echo(res.model_dump_json(indent=2))
+        if rows is None:
+            typer.echo(res.model_dump_json(indent=2))
+        else:
+            robust = [r.model_dump() | {"recovery_rate": r.recovery_rate} for r in rows]
+            typer.echo(json.dumps({**res.model_dump(mode="json"), "robustness": robust}, indent=2))
     else:
         _print_result(res)
+        if rows is not None:
+            _print_robustness(rows)
 
 
 def register(app: typer.Typer) -> None:

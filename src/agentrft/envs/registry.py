@@ -69,8 +69,10 @@ def shots_of(spec: str) -> str | None:
 def make_env(spec: str, **kwargs: Any) -> Environment:
     """The environment a spec names (`envs/plugins.py`: entry points, then ``module:Class``); keyword arguments go
     to its constructor. An unknown or malformed spec is one InputError naming it."""
+    from agentrft.envs.faults import with_faults
     from agentrft.envs.plugins import EnvSpec, build, resolve
 
     parsed = EnvSpec.parse(spec)
+    faults = parsed.options.pop("faults", None)  # any environment's option (envs/faults.py), not the class's
     target, parsed = resolve(parsed)
-    return build(target, parsed, **kwargs)
+    return with_faults(build(target, parsed, **kwargs), faults)
