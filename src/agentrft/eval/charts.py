@@ -65,8 +65,10 @@ def line_chart(
     *,
     x_label: str = "step",
     y_range: tuple[float, float] | None = None,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """Lines of (x, y) points, one per named series; empty series are skipped."""
+    """Lines of (x, y) points, one per named series; empty series are skipped. ``marks``: (x, label) points
+    drawn as dashed vertical lines (e.g. a tripwire that fired at that step)."""
     series = {k: sorted(v) for k, v in series.items() if v}
     if not series:
         return f'<p class="empty">{escape(title)}: no data</p>'
@@ -88,6 +90,13 @@ def line_chart(
     if all(x == int(x) for x in xs):  # steps and k are integers: no 1.5th step
         x_ticks = sorted({float(round(t)) for t in x_ticks})
     parts = _frame(title, y_ticks, py, [(px(t), _fmt(t)) for t in x_ticks if x0 <= t <= x1])
+    for x, label in marks:
+        if x0 <= x <= x1:
+            parts.append(
+                f'<line class="mark" x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(y1):.1f}" y2="{py(y0):.1f}" '
+                f'stroke="#c00" stroke-dasharray="4 3"><title>{escape(label)} @ {escape(x_label)} {escape(_fmt(x))}'
+                "</title></line>"
+            )
     for i, (name, pts) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)

@@ -44,6 +44,7 @@ METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
 _GRADER_KEY = re.compile(r"^(train|valid|eval)_reward/.+$")  # one curve per (sub-)grader
 # success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them
+_CHECK_KEY = re.compile(r"^valid_check_reward$")  # train/tripwires.py's check grader at the periodic evals
 _PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_hat_)\d+)$")
 # the loss every method logs; DPO's and the reward model's pairwise curves (train and held out)
 _LOSS_KEY = re.compile(r"^(loss|rm/heldout_loss)$")
@@ -355,6 +356,14 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         store.close()
 
     rewards, passes, per_grader = _curves(steps, _REWARD_KEY), _curves(steps, _PASS_KEY), _curves(steps, _GRADER_KEY)
+    if check := _curves(steps, _CHECK_KEY):
+        rewards.update(check)  # the tripwires' held-out check grader beside the training reward
+    marks = [
+        (float(row["step"]), f"tripwire {key.removeprefix('tripwire/')}")
+        for row in steps
+        for key in row
+        if key.startswith("tripwire/")
+    ]
     # SFT, DPO and the reward model log no rewards: their loss and pairwise curves take the reward curves' place
     method_charts = "".join(
         line_chart(title, curves)
@@ -372,9 +381,9 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     charts = method_charts
     if rewards or passes or not method_charts:
         charts = (
-            line_chart("Reward over training steps", rewards)
+            line_chart("Reward over training steps", rewards, marks=marks)
             + (line_chart("Reward per grader over training steps", per_grader) if per_grader else "")
-            + line_chart("Success (pass@1) and pass@k over training steps", passes, y_range=(0.0, 1.0))
+            + line_chart("Success (pass@1) and pass@k over training steps", passes, y_range=(0.0, 1.0), marks=marks)
             + method_charts
         )
     body = (

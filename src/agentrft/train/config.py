@@ -39,6 +39,7 @@ from agentrft.train.method_config import (  # the methods' own sections, re-expo
 )
 from agentrft.train.presets import PRESETS  # re-exported: `from agentrft.train.config import PRESETS`
 from agentrft.train.rollout_config import AsyncConfig, RayConfig, RolloutConfig
+from agentrft.train.tripwires import TripwiresConfig
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -235,6 +236,7 @@ class TrainConfig(_Cfg):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tripwires: TripwiresConfig = Field(default_factory=TripwiresConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -263,6 +265,8 @@ class TrainConfig(_Cfg):
                 "rollout.group_size: GRPO compares each episode with its group's others; a group of 1 carries no "
                 "signal (set 2 or more)"
             )
+        if self.tripwires.check_grader is not None and not self.eval.every_steps:
+            raise ValueError("tripwires.check_grader: it is scored at the periodic evals; set eval.every_steps")
         if self.async_.max_staleness and self.method != "grpo":
             raise ValueError(f"async.max_staleness: asynchronous rollouts are for method grpo, not {self.method}")
         if self.ray.on and self.method != "grpo":

@@ -45,6 +45,11 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
         load_grader(cfg.rollout.grader or env.grader_spec())
     except InputError as exc:
         raise refuse("rollout.grader", str(exc)) from None
+    if cfg.tripwires.check_grader is not None:
+        try:
+            load_grader(cfg.tripwires.check_grader)
+        except InputError as exc:
+            raise refuse("tripwires.check_grader", str(exc)) from None
     if cfg.agent is not None:
         if cfg.method != "grpo":
             raise refuse("agent", f"agent.command runs episodes for method grpo, not {cfg.method}")

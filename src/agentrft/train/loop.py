@@ -130,7 +130,26 @@ def eval_stage(cfg: TrainConfig, comps: Components, run_id: str, version: int) -
             agent_command=None if cfg.agent is None else cfg.agent.command,
         )
     )
-    return eval_metrics(result, "valid")
+    metrics = eval_metrics(result, "valid")
+    if cfg.tripwires.check_grader is not None:
+        metrics.update(_check_scores(cfg.tripwires.check_grader, comps, result.run_id, e.split))
+    return metrics
+
+
+def _check_scores(spec: dict[str, Any], comps: Components, run_id: str | None, split: str) -> dict[str, float]:
+    """The tripwires' check grader over an eval run's episodes: its mean and that mean's standard error."""
+    from agentrft.graders import agrade_trajectories, load_grader
+
+    assert comps.store is not None
+    trajs = comps.store.query_trajectories(run_id=run_id)
+    data = {t.id: t.data for t in comps.env.tasks(split)}
+    grades = asyncio.run(agrade_trajectories(load_grader(spec), trajs, [data[t.task_id] for t in trajs]))
+    rewards = [g.reward for g in grades if not g.errors]
+    if not rewards:
+        return {}
+    mean = sum(rewards) / len(rewards)
+    var = sum((r - mean) ** 2 for r in rewards) / max(len(rewards) - 1, 1)
+    return {"valid_check_reward": mean, "valid_check_se": (var / len(rewards)) ** 0.5}
 
 
 def periodic_eval(cfg: TrainConfig, comps: Components, session: Session) -> Callable[[int], dict[str, float]]:
@@ -247,6 +266,8 @@ def train(
             step_fn = _async_grpo_step(cfg, comps, session, ref_model, evaluate, producer)
         else:
             step_fn = _grpo_step(cfg, comps, session, ref_model, evaluate)
+        if cfg.tripwires.enabled:
+            step_fn, on_step = _with_tripwires(cfg, run_dir, session, step_fn, on_step)
         session.run(step_fn, progress=progress, stop_after=stop_after, on_step=on_step)
         session.finish(policy.tokenizer)
     finally:
@@ -256,6 +277,29 @@ def train(
                 mark_unused(comps.store, session.run_id)
         session.close()
     return TrainResult(run_dir, session.run_id, session.state.step, session.history, session.saved)
+
+
+def _with_tripwires(
+    cfg: TrainConfig, run_dir: Path, session: Session, step_fn: StepFn, on_step: StepHook | None
+) -> tuple[StepFn, StepHook]:
+    """``step_fn`` with the tripwires' metrics added to each step's (`train/tripwires.py`), and ``on_step``
+    asking the session to stop (after that step's checkpoint) once a tripwire fires under ``action: stop``."""
+    from agentrft.train.tripwires import Tripwires
+
+    wires = Tripwires(cfg.tripwires, run_dir)
+    for past in session.history:  # a resumed run's detectors see the steps before
+        wires.history.append(dict(past))
+
+    def guarded(step: int) -> dict[str, float]:
+        metrics = step_fn(step)
+        metrics.update(wires.check(step, metrics))
+        return metrics
+
+    def hook(step: int, metrics: dict[str, float]) -> bool:
+        asked = on_step(step, metrics) if on_step is not None else False
+        return bool(asked) or wires.stop
+
+    return guarded, hook
 
 
 def _grpo_step(

@@ -59,9 +59,20 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "train") -> dict[str,
     out[f"{prefix}_tool_calls_per_episode"] = _mean([float(len(t.tool_calls)) for t in trajs])
     out[f"{prefix}_tool_errors_per_episode"] = _mean([float(sum(1 for c in t.tool_calls if c.error)) for t in trajs])
     out[f"{prefix}_turns_per_episode"] = _mean([float(t.num_turns) for t in trajs])
+    out[f"{prefix}_distinct_answer_frac"] = _distinct_answer_frac(trajs)
     for status in ("completed", "max_turns", "truncated", "timeout", "error"):
         out[f"{prefix}_status/{status}"] = float(sum(1 for t in trajs if t.status == status))
     return out
+
+
+def _distinct_answer_frac(trajs: list[Trajectory]) -> float:
+    """The mean, over groups of two or more episodes, of the share of distinct final answers (whitespace and
+    case aside; no answer counts as one answer): 1 when every episode answered otherwise, 1/G when all agreed."""
+    groups: dict[str, list[str]] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(" ".join((t.final_answer or "").split()).lower())
+    fracs = [len(set(answers)) / len(answers) for answers in groups.values() if len(answers) > 1]
+    return _mean(fracs)
 
 
 def eval_metrics(result: EvalResult, prefix: str = "valid") -> dict[str, float]:
