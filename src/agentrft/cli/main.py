@@ -48,6 +48,7 @@ _COMMAND_MODULES: list[str] = [
     "export",
     "finqa",
     "grade",
+    "replay",
     "report",
     "rft",
     "rollout",

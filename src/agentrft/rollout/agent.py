@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from agentrft.envs.base import Environment, Episode
@@ -176,8 +177,12 @@ async def run_episode(
     group_id: str = "",
     policy_version: int | None = None,
     group_key: str | None = None,
+    prefix: EpisodePrefix | None = None,
 ) -> Trajectory:
-    """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour)."""
+    """Play one episode of `task` and return its Trajectory (never raises for model or tool misbehaviour).
+    With ``prefix`` (a recorded episode's first turns, `rollout.replay`) the episode starts from there: its
+    messages, events and token record as recorded, the environment brought to that point by running the
+    prefix's tool calls again (their recorded results are what the policy sees), the policy sampling next."""
     fmt = make_format(tool_format, env.task_parse_schemas(task))
     traj = Trajectory(
         run_id=run_id,
@@ -187,19 +192,26 @@ async def run_episode(
         policy=getattr(sampler, "policy", ""),
         policy_version=policy_version if policy_version is not None else getattr(sampler, "policy_version", 0),
     )
-    traj.messages = prompt_messages(env, task, fmt)
-    traj.n_prompt_messages = len(traj.messages)
+    if prefix is None:
+        traj.messages = prompt_messages(env, task, fmt)
+        traj.n_prompt_messages = len(traj.messages)
+    else:
+        traj.messages = [m.model_copy(deep=True) for m in prefix.messages]
+        traj.n_prompt_messages, traj.events = prefix.n_prompt_messages, list(prefix.events)
     limits = env.task_limits(task)
     ledger: TokenLedger | None = None
     episode: Episode | None = None
     try:
         episode = _start(env, task)
+        if prefix is not None:
+            traj.metadata["replayed_calls_differ"] = await _restore(episode, prefix)
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + limits.wall_time_s) as deadline:
             clock = _WallClock(deadline, limits.wall_time_s)
             if is_token_sampler(sampler):
-                ledger = TokenLedger()
+                ledger = TokenLedger() if prefix is None else prefix.ledger()
                 key = group_key or group_id or None
-                await _token_loop(env, episode, sampler, task, traj, fmt, params, ledger, key, clock)
+                first = 0 if prefix is None else prefix.turn
+                await _token_loop(env, episode, sampler, task, traj, fmt, params, ledger, key, clock, first)
             else:
                 await _chat_loop(env, episode, sampler, task, traj, fmt, params, clock)
     except EpisodeEnd as end:
@@ -225,6 +237,39 @@ async def run_episode(
             traj.policy_version = min(traj.tokens.turn_versions)  # is as stale as its oldest turn
     traj.finished_at = time.time()
     return traj
+
+
+@dataclass
+class EpisodePrefix:
+    """A recorded episode up to the moment its turn ``turn`` was sampled (`rollout.replay.prefix_of`): the
+    conversation, the events and the token record (ids, loss mask, log-probs, turns) exactly as recorded."""
+
+    turn: int
+    messages: list[Message]
+    n_prompt_messages: int
+    events: list[Any]
+    ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    turns: list[int]
+
+    def ledger(self) -> TokenLedger:
+        return TokenLedger(list(self.ids), list(self.loss_mask), list(self.logprobs), list(self.turns))
+
+
+async def _restore(episode: Episode, prefix: EpisodePrefix) -> list[int]:
+    """Run the prefix's tool calls again, in order, so a stateful environment stands where the recorded episode
+    stood; the policy sees the recorded results (in the prefix). Returns the calls whose result now differs."""
+    differ = []
+    calls = [e for e in prefix.events if isinstance(e, ToolCallEvent) and e.error_kind != "malformed"]
+    for i, call in enumerate(calls):
+        try:
+            result = await episode.call_tool(call.name, call.arguments)
+        except Exception as exc:
+            raise EpisodeEnd("error", _env_failed("call_tool (replaying the prefix)", exc)) from None
+        if (result.content if result.ok else None) != call.result:
+            differ.append(i)
+    return differ
 
 
 def _env_failed(hook: str, exc: Exception) -> str:
@@ -282,16 +327,19 @@ async def _token_loop(
     ledger: TokenLedger,
     group_key: str | None,
     clock: _WallClock,
+    first_turn: int = 0,
 ) -> None:
     limits = env.task_limits(task)
     tools = env.task_tool_schemas(task) if fmt.native else None
     if fmt.native:
         check_native(sampler, env.task_tool_schemas(task))
     delta = DeltaRenderer(sampler, tools)
-    ledger.add_prompt(
-        list(sampler.render([to_render(m, fmt) for m in traj.messages], tools, add_generation_prompt=True)), turn=0
-    )
-    for turn in range(limits.max_turns):
+    if not ledger.ids:  # a replayed prefix brings its own (rollout.replay)
+        ledger.add_prompt(
+            list(sampler.render([to_render(m, fmt) for m in traj.messages], tools, add_generation_prompt=True)),
+            turn=0,
+        )
+    for turn in range(first_turn, limits.max_turns):
         budget = min(params.max_tokens, limits.max_tokens_per_turn, limits.max_total_tokens - len(ledger.ids))
         if budget < 1:  # only the opening prompt can get here; later deltas are checked before appending
             raise EpisodeEnd(
