@@ -85,7 +85,11 @@ class FaultSpec(BaseModel):
             raise InputError(f"faults {text!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
 
     def text(self) -> str:
-        parts = [f"{k}={v:g}" for k, v in self.model_dump().items() if k in ("error", "timeout", "truncate", "malformed", "latency") and v]
+        parts = [
+            f"{k}={v:g}"
+            for k, v in self.model_dump().items()
+            if k in ("error", "timeout", "truncate", "malformed", "latency") and v
+        ]
         if self.down is not None:
             parts.append(f"down={self.down[0]}-{self.down[1]}")
         if self.tools:
