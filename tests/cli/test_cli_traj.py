@@ -139,7 +139,7 @@ def test_import_bad_file_and_skip_bad(tmp_path: Path) -> None:
     assert code == 2 and out == "" and not db.exists()  # refused: not even an empty store is left
     assert (
         err
-        == "error: bad.jsonl line 2: field 'status': Input should be 'completed', 'max_turns', 'truncated' or 'error'\n"
+        == "error: bad.jsonl line 2: field 'status': Input should be 'completed', 'max_turns', 'truncated', 'timeout' or 'error'\n"
     )
     code, out, err = _run("import", str(bad), "--db", str(db), "--skip-bad")
     assert code == 0
