@@ -49,7 +49,15 @@ from pydantic import Field
 
 from agentrft.graders.base import Grader, GraderFailure, GraderSpecError, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
-from agentrft.tools.sandbox import SandboxResult, SandboxUnavailable, resolve_backend, run_sandboxed
+from agentrft.tools.sandbox import (
+    MAX_BYTES,
+    MAX_PROCS,
+    MAX_TIMEOUT_S,
+    SandboxResult,
+    SandboxUnavailable,
+    resolve_backend,
+    run_sandboxed,
+)
 
 _FLAGS = {
     "exception": "python_grader_runtime_error",
@@ -86,11 +94,14 @@ class PythonSpec(SpecBase):
     source: str | None = None
     source_path: str | None = None
     image_tag: str | None = None  # accepted for OpenAI compatibility; there is no image here
-    timeout_s: float = Field(default=120.0, gt=0)
-    memory_bytes: int = Field(default=2 * 1024**3, gt=0)
-    file_size_bytes: int = Field(default=1024**3, ge=0)
-    max_procs: int = Field(default=32, ge=1)
-    disk_bytes: int = Field(default=1024**3, gt=0)  # everything written (files anywhere, /dev/shm) together
+    # bounded above too: `timeout_s: 1e308` would load and then fail every grade
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
+    memory_bytes: int = Field(default=2 * 1024**3, gt=0, le=MAX_BYTES)
+    file_size_bytes: int = Field(default=1024**3, ge=0, le=MAX_BYTES)
+    max_procs: int = Field(default=32, ge=1, le=MAX_PROCS)
+    disk_bytes: int = Field(
+        default=1024**3, gt=0, le=MAX_BYTES
+    )  # everything written (files anywhere, /dev/shm) together
     sandbox: Literal["auto", "bwrap", "unshare", "none"] = "auto"  # "none" only if you accept no isolation
     range: tuple[float, float] = (0.0, 1.0)
 

@@ -9,15 +9,28 @@ in this order:
    and its environment, the code directory at /sandbox, five device nodes, a
    fresh /proc of the new PID namespace and a size-capped tmpfs at /tmp
    (/dev/shm links into it, so shared memory counts against the same cap) —
-   then chroot into it and fork: this process stays PID 1 of the namespace,
-   and when it exits the kernel kills everything left in it;
-3. rlimits (CPU, address space, file size, processes, no core files);
-4. privileges: as root, become nobody; then enter a new user namespace whose
-   limit on further user namespaces is 0 (so the code cannot mount a fresh,
-   uncapped tmpfs of its own) and drop every capability, with no_new_privs;
-5. report the isolation as observed from inside (PID, network interfaces,
-   mounts, uid, capabilities) on the result pipe, run the code, report the
-   result: one JSON line per frame.
+   then chroot into it;
+3. fork. The parent, PID 1 of the namespace with both backends, is the
+   *relay*: it alone holds the result pipe FD and the host's lifeline, runs no
+   code of the caller's, forwards what the code's process sends it, reaps
+   orphans, and exits with the code's status — when the code's process ends,
+   when the host dies (the lifeline reads end-of-file) or at the call's
+   deadline, and its exit makes the kernel kill everything left in the
+   namespace. The child goes on:
+4. join the call's cgroups (memory and pids of the grade as a whole), where
+   the host made them;
+5. rlimits (CPU, address space, file size, processes, no core files);
+6. privileges: as root, become the call's own uid (drawn by the host, so no
+   other grade shares its process count); then enter a new user namespace
+   whose limit on further user namespaces is 0 (so the code cannot mount a
+   fresh, uncapped tmpfs of its own) and drop every capability, with
+   no_new_privs;
+7. report the isolation as observed from inside (PID, network interfaces,
+   mounts, uid, capabilities), run the code, report the result: one JSON line
+   per frame, sent on a socket to the relay. The kernel stamps each message
+   with the sender's pid (SCM_CREDENTIALS); the relay forwards only what this
+   process sent, and replaces anything another process sent (a fork, a
+   subprocess the code started) with a `forged` frame.
 """
 
 from __future__ import annotations
@@ -27,10 +40,14 @@ import ctypes
 import json
 import os
 import resource
+import select
+import signal
+import socket
+import struct
 import sys
-from typing import Any
+import time
+from typing import Any, NoReturn
 
-NOBODY = 65534
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 MS_NOATIME, MS_NODIRATIME, MS_STRICTATIME = 1024, 2048, 1 << 24
 ST_NOEXEC, ST_NOATIME, ST_NODIRATIME, ST_RELATIME = 8, 1024, 2048, 4096
@@ -104,21 +121,89 @@ def build_private_root(root: dict[str, Any]) -> None:
     _libc.sethostname(b"sandbox", 7)
 
 
-def become_init() -> None:
-    """Fork; the parent stays PID 1 of the namespace and exits with the child's status (128+N for signal N)."""
-    pid = os.fork()
-    if pid == 0:
-        return
-    for fd in (0, 1, 2, int(sys.argv[1])):
+def relay(child: int, chan: socket.socket, out_fd: int, lifeline: int, deadline_s: float) -> NoReturn:
+    """Forward the code process's frames to the host; reap; exit with the code's status (128+N for signal N).
+
+    Ends the call — and, as PID 1 of the namespace, everything in it — when the code's process ends, when the
+    host is gone (`lifeline` at end-of-file: kill -9 of the caller runs no cleanup) or at `deadline_s`.
+    """
+    for fd in (0, 1, 2):
         with contextlib.suppress(OSError):
             os.close(fd)
-    while True:  # reap orphans too, so zombies do not count against RLIMIT_NPROC
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # its fds cannot be opened through /proc by the code's processes
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake poll() below
+    poller = select.poll()
+    for fd in (chan.fileno(), wake_r, lifeline):
+        poller.register(fd, select.POLLIN)
+    frames = _Frames(chan, child, out_fd)
+    end = time.monotonic() + deadline_s
+    while (status := _reap(child)) is None:
+        left = end - time.monotonic()
+        if left <= 0:
+            _abandon()
+        for fd, _event in poller.poll(left * 1000):
+            if fd == lifeline:
+                _abandon()
+            elif fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            elif not frames.forward():
+                poller.unregister(chan)  # every sender closed it: wait for the code's process to end
+    chan.setblocking(False)  # what was sent before the code's process ended
+    with contextlib.suppress(BlockingIOError):
+        while frames.forward():
+            pass
+    os._exit(status)
+
+
+class _Frames:
+    """Passes on what the code's own process sends; anything another process sends becomes one `forged` frame."""
+
+    def __init__(self, chan: socket.socket, child: int, out_fd: int) -> None:
+        self.chan, self.child, self.out_fd, self.forged = chan, child, out_fd, False
+
+    def forward(self) -> bool:
+        """Pass on one message; False at end-of-file."""
+        data, ancillary, _flags, _addr = self.chan.recvmsg(65536, socket.CMSG_SPACE(12))
+        if not data:
+            return False
+        sender = next((struct.unpack("i", d[:4])[0] for _, t, d in ancillary if t == socket.SCM_CREDENTIALS), None)
+        if sender == self.child:
+            _write_all(self.out_fd, data)
+        elif not self.forged:  # on a line of its own, whatever partial line came before
+            self.forged = True
+            _write_all(self.out_fd, b"\n" + json.dumps({"frame": "forged", "pid": sender}).encode() + b"\n")
+        return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:  # the host is gone
+        _abandon()
+
+
+def _reap(child: int) -> int | None:
+    """Reap every exited child (orphans included, so zombies do not count against RLIMIT_NPROC)."""
+    while True:
         try:
-            done, status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            os._exit(1)
-        if done == pid:
-            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+            return 1
+        if pid == 0:
+            return None
+        if pid == child:
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _abandon() -> NoReturn:
+    """End the call now: as PID 1 by exiting (the kernel kills the namespace); with backend none, the group too."""
+    with contextlib.suppress(OSError):
+        os.killpg(0, signal.SIGKILL)  # PID 1 of a namespace ignores this from inside; others in its group do not
+    os._exit(128 + signal.SIGKILL)
 
 
 def set_limits(limits: dict[str, int | None]) -> dict[str, int]:
@@ -132,15 +217,14 @@ def set_limits(limits: dict[str, int | None]) -> dict[str, int]:
     return applied
 
 
-def drop_privileges() -> str:
-    """Become nobody if root on the host; then a user namespace that cannot nest; then no capabilities.
-
-    Returns what happened to nested user namespaces ("blocked", or why the host already refuses them).
+def drop_privileges(own_uid: int) -> str:
+    """Become `own_uid` (the call's own) if root on the host; then a user namespace that cannot nest; then no
+    capabilities. Returns what happened to nested user namespaces ("blocked", or why the host already refuses them).
     """
     if os.geteuid() == 0 and _uid_map() == "0 0 4294967295":
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(own_uid)
+        os.setuid(own_uid)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the uid change made /proc/self root's; the maps below need it
     uid, gid = os.geteuid(), os.getegid()
     if _libc.unshare(CLONE_NEWUSER) != 0:  # refused in a chroot (unshare backend): nesting is then blocked anyway
@@ -195,8 +279,8 @@ def observed(cfg: dict[str, Any], rlimits: dict[str, int], nested: str | None) -
         interfaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
     user_ns = _uid_map() != "0 0 4294967295"
     uid = os.getuid()
-    if cfg["host_uid"] == 0 and uid == NOBODY:
-        who = f"nobody({NOBODY})"
+    if cfg["host_uid"] == 0 and uid == cfg["uid"]:
+        who = f"{uid} (this call's own uid)"
     elif user_ns:
         who = f"{uid} in a user namespace (host uid {cfg['host_uid']})"
     else:
@@ -222,19 +306,33 @@ def _frame(out: Any, **frame: Any) -> None:
 
 
 def main() -> None:
-    fd, cfg_path = int(sys.argv[1]), sys.argv[2]
-    out = os.fdopen(fd, "w")
+    out_fd, cfg_path = int(sys.argv[1]), sys.argv[2]
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
     payload = json.load(sys.stdin)
-    nested = None
     try:
         if cfg["root"] is not None:
             build_private_root(cfg["root"])
-            become_init()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before the fork: every message is stamped
+        child = os.fork()
+    except (SetupError, OSError) as e:
+        _frame(os.fdopen(out_fd, "w"), frame="result", ok=False, kind="setup", error=str(e)[-2000:])
+        return
+    if child:
+        for fd in (theirs.detach(), *cfg["cgroup_fds"]):
+            os.close(fd)
+        relay(child, ours, out_fd, cfg["lifeline_fd"], cfg["deadline_s"])
+    ours.close()
+    for fd in (out_fd, cfg["lifeline_fd"]):
+        os.close(fd)
+    out = os.fdopen(theirs.detach(), "w", encoding="utf-8")
+    try:
+        for fd in cfg["cgroup_fds"]:  # first: every process the code starts is then in them too
+            os.write(fd, b"0")
+            os.close(fd)
         rlimits = set_limits(cfg["limits"])
-        if cfg["backend"] != "none":
-            nested = drop_privileges()
+        nested = drop_privileges(cfg["uid"]) if cfg["backend"] != "none" else None
         iso = observed(cfg, rlimits, nested)
     except (SetupError, OSError) as e:
         _frame(out, frame="result", ok=False, kind="setup", error=str(e)[-2000:])
