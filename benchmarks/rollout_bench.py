@@ -24,7 +24,7 @@ import random
 import time
 from typing import Any
 
-from agentrft.envs.base import Environment, Episode
+from agentrft.envs.base import Environment, EnvironmentWrapper, Episode
 from agentrft.rollout.agent import prompt_messages, to_render
 from agentrft.rollout.formats import make_format
 from agentrft.rollout.runner import Runner
@@ -42,30 +42,12 @@ class _SlowEpisode(Episode):
         return await self.inner.call_tool(name, arguments)
 
 
-class SlowToolsEnv(Environment):
+class SlowToolsEnv(EnvironmentWrapper):
     """Wraps an environment so every tool call first sleeps uniform(0, max_latency_s) seconds."""
 
     def __init__(self, inner: Environment, max_latency_s: float, seed: int = 0) -> None:
-        self.inner, self.max_latency_s, self.rng = inner, max_latency_s, random.Random(seed)
-        self.name, self.version, self.limits = inner.name, inner.version, inner.limits
-
-    def system_prompt(self) -> str:
-        return self.inner.system_prompt()
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return self.inner.tool_schemas()
-
-    def tasks(self, split: str = "train") -> list[Task]:
-        return self.inner.tasks(split)
-
-    def few_shot(self) -> list[Any]:
-        return self.inner.few_shot()
-
-    def initial_messages(self, task: Task) -> list[Any]:
-        return self.inner.initial_messages(task)
-
-    def ref(self) -> Any:
-        return self.inner.ref()
+        super().__init__(inner)
+        self.max_latency_s, self.rng = max_latency_s, random.Random(seed)
 
     def start(self, task: Task) -> Episode:
         return _SlowEpisode(self.inner.start(task), self.max_latency_s, self.rng)

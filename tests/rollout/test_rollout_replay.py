@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from rollout_fakes import FakeEnv, FakeSampler, task
-from test_rollout_stitch import SCRIPT, post, serve, turn_prompts
+from test_rollout_stitch import SCRIPT, play_session, turn_prompts
 from typer.testing import CliRunner
 
 from agentrft.cli.main import app
@@ -61,22 +61,9 @@ def test_an_in_process_prefix_is_the_record_up_to_that_turn_and_a_branch_continu
 
 
 def test_a_stitched_sessions_prefix_is_what_its_requests_consumed() -> None:
-    env, t = FakeEnv(few_shot=True), task()
     loop = _episode()
-    results = [m.text() for m in loop.messages[loop.n_prompt_messages :] if m.role == "tool"]
     sampler = FakeSampler(list(SCRIPT))
-    c, book = serve(sampler)
-    messages = [m.to_openai() for m in env.initial_messages(t)]
-    while True:
-        reply = post(c, "s", messages, tools=env.tool_schemas(), max_tokens=200)
-        messages.append(reply)
-        if not reply.get("tool_calls"):
-            break
-        for call in reply["tool_calls"]:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": results.pop(0)})
-    session = book.pop("s")
-    assert session is not None
-    traj = session.trajectory(policy=sampler.policy, task_id=t.id, final_answer=reply["content"])
+    traj = play_session(sampler, FakeEnv(few_shot=True), task(), loop)
     for turn in range(3):
         assert prefix_of(traj, turn).ids == sampler.prompts[turn]
 

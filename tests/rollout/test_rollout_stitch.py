@@ -53,19 +53,7 @@ def test_a_session_stitches_to_the_in_process_agent_loops_token_record() -> None
     # The same conversation from a client with its own tool loop: it sends the env's messages and tools,
     # runs the calls it gets back (the results the loop's tools gave) and sends everything back as received.
     sampler = FakeSampler(list(SCRIPT))
-    c, book = serve(sampler)
-    results = [m.text() for m in loop_traj.messages[loop_traj.n_prompt_messages :] if m.role == "tool"]
-    messages = [m.to_openai() for m in env.initial_messages(t)]
-    while True:
-        reply = post(c, "ep-1", messages, tools=env.tool_schemas(), max_tokens=200)
-        messages.append(reply)
-        if not reply.get("tool_calls"):
-            break
-        for call in reply["tool_calls"]:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": results.pop(0)})
-    session = book.pop("ep-1")
-    assert session is not None
-    traj = session.trajectory(policy=sampler.policy, task_id=t.id, final_answer=reply["content"])
+    traj = play_session(sampler, env, t, loop_traj)
 
     assert traj.tokens == loop_traj.tokens  # ids, loss mask, log-probs and turns, token for token
     assert traj.tokens.num_segments == 1 and traj.metadata["request_kinds"] == ["first", "reuse", "reuse"]
@@ -90,6 +78,25 @@ def test_a_session_stitches_to_the_in_process_agent_loops_token_record() -> None
     )
     grade = asyncio.run(agrade_trajectory(grader, traj, {}))
     assert grade.errors == [] and grade.reward == 1.0 and grade.success
+
+
+def play_session(sampler: FakeSampler, env: FakeEnv, t: Any, loop_traj: Trajectory) -> Trajectory:
+    """The in-process episode's conversation played by a client with its own tool loop through a served
+    session: it sends the env's messages and tools, answers each call with the result the loop's tools gave,
+    and sends everything back as received. The session's trajectory."""
+    c, book = serve(sampler)
+    results = [m.text() for m in loop_traj.messages[loop_traj.n_prompt_messages :] if m.role == "tool"]
+    messages = [m.to_openai() for m in env.initial_messages(t)]
+    while True:
+        reply = post(c, "ep-1", messages, tools=env.tool_schemas(), max_tokens=200)
+        messages.append(reply)
+        if not reply.get("tool_calls"):
+            break
+        for call in reply["tool_calls"]:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": results.pop(0)})
+    session = book.pop("ep-1")
+    assert session is not None
+    return session.trajectory(policy=sampler.policy, task_id=t.id, final_answer=reply["content"])
 
 
 def turn_prompts(traj: Trajectory) -> list[list[int]]:

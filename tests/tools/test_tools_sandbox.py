@@ -36,16 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 REQUIRE = bool(os.environ.get("AGENTRFT_REQUIRE_SANDBOX"))
 
 
-@pytest.fixture(params=["bwrap", "unshare"])
-def backend(request: pytest.FixtureRequest) -> str:
-    why = sandbox.backend_problem(request.param)
-    if why:
-        if REQUIRE:
-            pytest.fail(f"{request.param} is required here but not usable: {why}")
-        pytest.skip(f"{request.param} is not usable here: {why}")
-    return str(request.param)
-
-
 def test_an_interpreter_under_tmp_stays_visible_inside(tmp_path: Path) -> None:
     """The sandbox mounts its own /tmp: a venv living under the host's /tmp (a CI checkout, pytest's tmp_path)
     must still be bound inside, or the interpreter cannot even start."""

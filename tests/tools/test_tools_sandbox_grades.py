@@ -4,7 +4,6 @@ given can hang or crash the host."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,17 +14,6 @@ from agentrft.tools import sandbox
 from agentrft.tools.sandbox import SandboxResult, run_sandboxed
 
 MiB = 1024**2
-REQUIRE = bool(os.environ.get("AGENTRFT_REQUIRE_SANDBOX"))
-
-
-@pytest.fixture(params=["bwrap", "unshare"])
-def backend(request: pytest.FixtureRequest) -> str:
-    why = sandbox.backend_problem(request.param)
-    if why:
-        if REQUIRE:
-            pytest.fail(f"{request.param} is required here but not usable: {why}")
-        pytest.skip(f"{request.param} is not usable here: {why}")
-    return str(request.param)
 
 
 def _run(source: str, item: dict[str, Any], backend: str, **kw: Any) -> SandboxResult:

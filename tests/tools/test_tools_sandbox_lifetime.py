@@ -23,17 +23,6 @@ import pytest
 from agentrft.tools import sandbox
 
 SRC = Path(sandbox.__file__).resolve().parents[2]  # the package under test, for the child processes
-REQUIRE = bool(os.environ.get("AGENTRFT_REQUIRE_SANDBOX"))
-
-
-@pytest.fixture(params=["bwrap", "unshare"])
-def backend(request: pytest.FixtureRequest) -> str:
-    why = sandbox.backend_problem(request.param)
-    if why:
-        if REQUIRE:
-            pytest.fail(f"{request.param} is required here but not usable: {why}")
-        pytest.skip(f"{request.param} is not usable here: {why}")
-    return str(request.param)
 
 
 CALLER = r"""

@@ -143,3 +143,55 @@ class Environment(ABC):
 
     def ref(self) -> EnvRef:
         return EnvRef(name=self.name, version=self.version, tool_schema_hash=self.tool_schema_hash())
+
+
+class EnvironmentWrapper(Environment):
+    """An environment that is ``inner`` in every respect (what a particular one adds too) but what a subclass
+    overrides: usually `start`, to wrap each episode (`envs.faults`: seeded tool faults)."""
+
+    def __init__(self, inner: Environment) -> None:
+        self.inner = inner
+        self.name, self.version = inner.name, inner.version
+
+    @property
+    def limits(self) -> EnvLimits:  # type: ignore[override]
+        return self.inner.limits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def start(self, task: Task) -> Episode:
+        return self.inner.start(task)
+
+    def system_prompt(self) -> str:
+        return self.inner.system_prompt()
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return self.inner.tool_schemas()
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return self.inner.tasks(split)
+
+    def grader_spec(self) -> dict[str, Any]:
+        return self.inner.grader_spec()
+
+    def expert(self) -> Expert | None:
+        return self.inner.expert()
+
+    def task_tool_schemas(self, task: Task) -> list[dict[str, Any]]:
+        return self.inner.task_tool_schemas(task)
+
+    def task_parse_schemas(self, task: Task) -> list[dict[str, Any]]:
+        return self.inner.task_parse_schemas(task)
+
+    def task_limits(self, task: Task) -> EnvLimits:
+        return self.inner.task_limits(task)
+
+    def few_shot(self) -> list[Message]:
+        return self.inner.few_shot()
+
+    def initial_messages(self, task: Task) -> list[Message]:
+        return self.inner.initial_messages(task)
+
+    def ref(self) -> EnvRef:
+        return self.inner.ref()

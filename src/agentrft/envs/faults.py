@@ -32,10 +32,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrft.envs.base import Environment, EnvLimits, Episode, Expert
+from agentrft.envs.base import Environment, EnvironmentWrapper, Episode
 from agentrft.inputs import InputError
 from agentrft.tools.base import ToolResult
-from agentrft.types import EnvRef, Message, Task
+from agentrft.types import Message, Task
 
 KINDS = ("down", "error", "timeout", "truncate", "malformed")
 
@@ -163,58 +163,18 @@ class FaultyEpisode(Episode):
         self.inner.close()
 
 
-class FaultyEnvironment(Environment):
+class FaultyEnvironment(EnvironmentWrapper):
     """``inner`` with its tool calls going through the fault schedule of ``spec``; everything else is inner's."""
 
     def __init__(self, inner: Environment, spec: FaultSpec) -> None:
-        self.inner, self.spec = inner, spec
-        self.name, self.version = inner.name, inner.version
+        super().__init__(inner)
+        self.spec = spec
         self._starts: dict[str, int] = {}  # task id -> episodes started (which episode of the task this is)
-
-    @property
-    def limits(self) -> EnvLimits:  # type: ignore[override]
-        return self.inner.limits
-
-    def __getattr__(self, name: str) -> Any:  # what a particular environment adds (levels, splits, ...)
-        return getattr(self.inner, name)
 
     def start(self, task: Task) -> Episode:
         index = self._starts.get(task.id, 0)
         self._starts[task.id] = index + 1
         return FaultyEpisode(self.inner.start(task), self.spec, index)
-
-    def system_prompt(self) -> str:
-        return self.inner.system_prompt()
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return self.inner.tool_schemas()
-
-    def tasks(self, split: str = "train") -> list[Task]:
-        return self.inner.tasks(split)
-
-    def grader_spec(self) -> dict[str, Any]:
-        return self.inner.grader_spec()
-
-    def expert(self) -> Expert | None:
-        return self.inner.expert()
-
-    def task_tool_schemas(self, task: Task) -> list[dict[str, Any]]:
-        return self.inner.task_tool_schemas(task)
-
-    def task_parse_schemas(self, task: Task) -> list[dict[str, Any]]:
-        return self.inner.task_parse_schemas(task)
-
-    def task_limits(self, task: Task) -> EnvLimits:
-        return self.inner.task_limits(task)
-
-    def few_shot(self) -> list[Message]:
-        return self.inner.few_shot()
-
-    def initial_messages(self, task: Task) -> list[Message]:
-        return self.inner.initial_messages(task)
-
-    def ref(self) -> EnvRef:
-        return self.inner.ref()
 
 
 def with_faults(env: Environment, spec: FaultSpec | str | None) -> Environment:
