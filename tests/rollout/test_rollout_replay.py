@@ -14,6 +14,7 @@ from test_rollout_stitch import SCRIPT, play_session, turn_prompts
 from typer.testing import CliRunner
 
 from agentrft.cli.main import app
+from agentrft.eval.report import build_report
 from agentrft.inputs import InputError
 from agentrft.rollout.agent import run_episode
 from agentrft.rollout.replay import branch, prefix_of
@@ -78,7 +79,7 @@ def test_a_turn_it_cannot_be_cut_at_is_refused() -> None:
 
 
 def test_replay_command_branches_a_stored_episode(tmp_path: Path) -> None:
-    db = tmp_path / "r.db"
+    db = tmp_path / "agentrft.db"  # a run dir's store: the report shows the branches beside the original
     run = ["rollout", "--env", "finqa-lite:3", "--policy", "oracle:tiny", "--tasks", "1", "--db", str(db), "--json"]
     assert CliRunner().invoke(app, run).exit_code == 0
     with Store(db) as store:
@@ -93,5 +94,7 @@ def test_replay_command_branches_a_stored_episode(tmp_path: Path) -> None:
         branches = store.query_trajectories(run_id=out["run_id"])
     assert {t.metadata["branch_of"] for t in branches} == {parent.id}
     assert all(t.tokens.ids == parent.tokens.ids for t in branches)  # the oracle again: token for token
+    html = build_report(tmp_path)
+    assert '<section id="branches">' in html and html.count("<td>branch</td>") == 2 and parent.id in html
     bad = CliRunner().invoke(app, [*args[:-2], "--turn", "99", "--policy", "oracle:tiny"])
     assert bad.exit_code == 2 and "--turn 99" in bad.output

@@ -320,6 +320,35 @@ def _embed(obj: Any) -> str:
     )
 
 
+def _branches(store: Any, runs: Sequence[Run]) -> tuple[str, list[tuple[Trajectory, str, Any]]]:
+    """`agentrft replay` runs: each original beside its branches (the turn, status, reward, final answer), and
+    all of them for the trajectory browser."""
+    rows: list[list[str]] = []
+    browse: list[tuple[Trajectory, str, Any]] = []
+    for run in runs:
+        parent_id = (run.config or {}).get("branch_of")
+        if not isinstance(parent_id, str):
+            continue
+        try:
+            parent = store.get_trajectory(parent_id)
+        except KeyError:  # NotFoundError: the original is in another store
+            continue
+        kids = store.query_trajectories(run_id=run.id)
+        turn = escape(str((run.config or {}).get("turn")))
+        for label, t in [("original", parent)] + [("branch", k) for k in kids]:
+            reward = "–" if t.grade is None else f"{t.grade.reward:.3g}"
+            answer = escape((t.final_answer or "")[:120])
+            rows.append([label, f"<code>{escape(t.id[:12])}</code>", turn, escape(t.status), reward, answer])
+        browse += [
+            (t, f"{run.name or run.id} (original)" if t is parent else run.name or run.id, None)
+            for t in (parent, *kids)
+        ]
+    if not rows:
+        return "", []
+    table = _table(["episode", "id", "branched at turn", "status", "reward", "final answer"], rows, "branches")
+    return f'<section id="branches"><h2>Branches (agentrft replay)</h2>{table}</section>', browse
+
+
 def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
     """The report HTML of ``run_dir`` (see the module docstring for the layout)."""
     from agentrft.store import Store
@@ -352,6 +381,8 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
                 (t, names.get(t.run_id, t.run_id), None) for t in store.query_trajectories(limit=max_trajectories)
             ]
         steps = _step_metrics(store, runs, run_dir)
+        branches, branched = _branches(store, runs)
+        browse += branched
     finally:
         store.close()
 
@@ -391,6 +422,7 @@ def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
         f'<p class="note">{len(steps)} logged steps.</p>{_exclusions(steps)}{_staleness(steps)}</section>'
         f'<section id="before-after"><h2>Before / after</h2>{_before_after(results)}</section>'
         + _level_and_failures(results)
+        + branches
     )
     views = [trajectory_view(t, name, data) for t, name, data in browse[:max_trajectories]]
     payload = {"trajectories": views, "truncated": len(browse) > max_trajectories, "total": len(browse)}
