@@ -54,3 +54,12 @@ if [[ $which == all || $which == finqa-outcome ]]; then
     --set rollout.curriculum.promote_at=0.5 --set rollout.curriculum.keep_share=0.3 \
     --set rollout.curriculum.min_episodes=16 > runs/fq2.json
 fi
+if [[ $which == all || $which == finqa-ei ]]; then
+  # expert iteration on levels 1-2 (6 rounds of 32 tasks x 8 of the policy's own episodes, 2 SFT steps each on the
+  # best success per task), then GRPO at lr 1e-5 with the curriculum; the reward the numeric answer alone
+  $A demo --env 'finqa-lite:1,2' --expert-iteration --run-dir runs/fq3 --json --set steps=12 --set rollout.max_tokens=128 \
+    --set optimizer.lr=1e-5 --set ei.rollout.max_tokens=128 --set ei.steps=12 \
+    --set rollout.curriculum.start_unlocked=1 --set rollout.curriculum.weighting=frontier \
+    --set rollout.curriculum.promote_at=0.5 --set rollout.curriculum.keep_share=0.3 \
+    --set rollout.curriculum.min_episodes=16 > runs/fq3.json
+fi
