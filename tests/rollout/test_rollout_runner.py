@@ -169,3 +169,12 @@ def test_real_store_receives_trajectories(tmp_path) -> None:
         back = store.get_trajectory(t.id)
         assert back.tokens == t.tokens and back.group_id == t.group_id
     store.close()
+
+
+def test_lockstep_a_sampler_that_refuses_a_wave_fails_its_episodes_instead_of_hanging() -> None:
+    class Refusing(ReactiveSampler):
+        def sample_together(self, requests):  # type: ignore[no-untyped-def]
+            raise RuntimeError("engine gone")
+
+    trajs = Runner(FakeEnv(), Refusing(delay_s=0.0), progress=False).run_sync(_tasks(3), 2)
+    assert len(trajs) == 6 and all(t.status == "error" and "engine gone" in (t.error or "") for t in trajs)

@@ -83,7 +83,13 @@ class Lockstep:
         wave = sorted(self._held.items())
         self._held.clear()
         self.waves += 1
-        calls = _send(self.sampler, [request for _, (request, _) in wave])
+        try:
+            calls = _send(self.sampler, [request for _, (request, _) in wave])
+        except Exception as exc:  # the sampler refused the wave as a whole: every request of it hears so
+            for _, (_, fut) in wave:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
         for (_, (_, fut)), call in zip(wave, calls, strict=True):
             relay = asyncio.ensure_future(_relay(call, fut))
             self._relays.add(relay)
