@@ -35,8 +35,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from agentrft.envs.finqa.curriculum import numbers_in
-from agentrft.envs.finqa.expert import report_operands
 from agentrft.graders.base import Grader, GraderFailure, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, register_grader
 from agentrft.types import ToolCallEvent, Trajectory
@@ -64,6 +62,8 @@ class FinqaProcessSpec(SpecBase):
 
 def expression_figures(expression: str) -> set[float]:
     """The numbers an arithmetic expression or FinQA program writes (`#k` and `const_*` left out)."""
+    from agentrft.envs.finqa.curriculum import numbers_in  # the finqa env loads with the grader's first use
+
     return numbers_in(_REFERENCES.sub(" ", expression))
 
 
@@ -71,6 +71,8 @@ class _Milestones:
     """What the episode has reached so far, and what each new call adds."""
 
     def __init__(self, item: dict[str, Any], spec: FinqaProcessSpec) -> None:
+        from agentrft.envs.finqa.expert import report_operands
+
         try:
             level = int(item["level"])
             figures = report_operands(item)
@@ -116,6 +118,8 @@ class _Milestones:
             doc = _canonical(str(args.get("doc_id", "")), self.reports)
             if doc is None or not self.reports[doc]:
                 return 0.0
+            from agentrft.envs.finqa.curriculum import numbers_in
+
             new = (numbers_in(text) & self.reports[doc]) - self.shown[doc]
             self.shown[doc] |= new
             return s.opened * len(new) / len(self.reports[doc])
