@@ -44,10 +44,12 @@ def test_a_read_command_never_makes_an_empty_file_a_store(tmp_path: Path, comman
 
 def test_another_programs_database_is_left_alone(tmp_path: Path) -> None:
     other = _other_program_db(tmp_path / "other.db")
+    before = other.read_bytes()
     for args in (["traj", "list", "--db", str(other)], ["rollout", "--policy", "tiny", "--db", str(other)]):
         code, out = _run(*args)
         assert code == 2 and "without agentrft's tables" in out
     assert _tables(other) == {"notes"}
+    assert other.read_bytes() == before  # not even its journal mode was switched
 
 
 def test_resume_of_a_run_dir_that_does_not_exist_is_refused(tmp_path: Path) -> None:

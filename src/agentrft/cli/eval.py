@@ -217,26 +217,15 @@ def eval_command(
                 completion_per_mtok=completion_price or 0.0,
                 compute_per_hour=compute_price or 0.0,
             )
+        specs: list[Any] = []
         if faults:
             from agentrft.envs.faults import FaultSpec
 
-            for spec in faults:
-                FaultSpec.parse(spec)  # a bad spec is refused before the store or any episode
+            specs = [FaultSpec.parse(f) for f in faults]  # a bad spec is refused before the store or any episode
         store = open_store(db, create=True)
         rows: list[Any] | None = None
         try:
-            if faults:
-                from agentrft.eval.robustness import evaluate_robustness
-
-                def run(*args: Any, **kw: Any) -> Any:
-                    nonlocal rows
-                    result, rows = evaluate_robustness(*args, specs=list(faults), **kw)
-                    return result
-            else:
-                run = evaluate
-            res = run(
-                environment,
-                sampler,
+            how: dict[str, Any] = dict(
                 split=split,
                 samples=samples,
                 tasks=tasks,
@@ -252,6 +241,12 @@ def eval_command(
                 seed=seed,
                 sampling_seed=seed,
             )
+            if specs:
+                from agentrft.eval.robustness import evaluate_robustness
+
+                res, rows = evaluate_robustness(environment, sampler, specs=specs, **how)
+            else:
+                res = evaluate(environment, sampler, **how)
         finally:
             store.close()
     if as_json:

@@ -37,7 +37,7 @@ from agentrft.inputs import InputError
 from agentrft.tools.base import ToolResult
 from agentrft.types import Message, Task
 
-KINDS = ("down", "error", "timeout", "truncate", "malformed")
+_RATES = ("error", "timeout", "truncate", "malformed")  # the kinds drawn with a probability each
 
 
 class FaultSpec(BaseModel):
@@ -85,28 +85,28 @@ class FaultSpec(BaseModel):
             raise InputError(f"faults {text!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
 
     def text(self) -> str:
-        parts = [
-            f"{k}={v:g}"
-            for k, v in self.model_dump().items()
-            if k in ("error", "timeout", "truncate", "malformed", "latency") and v
-        ]
+        parts = [f"{k}={getattr(self, k):g}" for k in (*_RATES, "latency") if getattr(self, k)]
         if self.down is not None:
             parts.append(f"down={self.down[0]}-{self.down[1]}")
         if self.tools:
             parts.append("tools=" + "|".join(self.tools))
         return ",".join(parts + ([f"seed={self.seed}"] if self.seed else [])) or "none"
 
+    def rng(self, task_id: str, episode: int, call: int) -> random.Random:
+        """The generator of one call's draws: a function of the seed and the call alone."""
+        key = f"{self.seed}\x00{task_id}\x00{episode}\x00{call}".encode()
+        return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+
     def draw(self, task_id: str, episode: int, call: int, tool: str) -> tuple[str | None, float]:
         """(the fault kind or None, extra latency) of one call: a function of the seed and the call alone."""
         if self.tools and tool not in self.tools:
             return None, 0.0
-        key = f"{self.seed}\x00{task_id}\x00{episode}\x00{call}".encode()
-        rng = random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+        rng = self.rng(task_id, episode, call)
         delay = rng.expovariate(1.0 / self.latency) if self.latency else 0.0
         if self.down is not None and self.down[0] <= call <= self.down[1]:
             return "down", delay
         u, edge = rng.random(), 0.0
-        for kind in ("error", "timeout", "truncate", "malformed"):
+        for kind in _RATES:
             edge += getattr(self, kind)
             if u < edge:
                 return kind, delay
@@ -148,7 +148,7 @@ class FaultyEpisode(Episode):
             return ToolResult(content=result.content[: len(result.content) // 2], truncated=True)
         if kind == "malformed" and result.ok:
             chars = list(result.content)
-            random.Random(f"{self.spec.seed}/{self.task.id}/{self.index}/{call}").shuffle(chars)
+            self.spec.rng(self.task.id, self.index, call).shuffle(chars)
             return ToolResult(content="".join(chars))
         return result
 

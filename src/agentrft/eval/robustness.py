@@ -7,6 +7,7 @@ fault hit, and the recovery rate (of those, how many still succeeded).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -46,14 +47,12 @@ def robustness_row(spec: str, result: EvalResult, store: Any) -> RobustnessRow:
 
 
 def evaluate_robustness(
-    env: Any, sampler: Any, *, specs: list[str], store: Any, run_name: str = "eval", **kwargs: Any
+    env: Any, sampler: Any, *, specs: Sequence[FaultSpec], store: Any, run_name: str = "eval", **kwargs: Any
 ) -> tuple[EvalResult, list[RobustnessRow]]:
-    """The clean eval's result, and a row for it and for each fault spec (bad specs are refused before any
-    episode is played)."""
-    parsed = [FaultSpec.parse(s) for s in specs]
+    """The clean eval's result, and a row for it and for each fault spec (`FaultSpec.parse` reads one)."""
     clean = evaluate(env, sampler, store=store, run_name=run_name, **kwargs)
     rows = [robustness_row("none", clean, store)]
-    for spec in parsed:
+    for spec in specs:
         result = evaluate(
             with_faults(env, spec), sampler, store=store, run_name=f"{run_name} faults={spec.text()}", **kwargs
         )

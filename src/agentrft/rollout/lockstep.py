@@ -34,7 +34,6 @@ class Lockstep:
         if max_live < 1:
             raise ValueError(f"max_live must be at least 1, got {max_live}")
         self.sampler = sampler
-        self.waves = 0  # waves sent so far (how many times the sampler was handed a set of requests)
         self._next = 0  # the next episode to admit
         self._n = n
         self._live: set[int] = set()
@@ -82,7 +81,6 @@ class Lockstep:
             return
         wave = sorted(self._held.items())
         self._held.clear()
-        self.waves += 1
         try:
             calls = _send(self.sampler, [request for _, (request, _) in wave])
         except Exception as exc:  # the sampler refused the wave as a whole: every request of it hears so

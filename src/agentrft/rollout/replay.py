@@ -6,7 +6,7 @@ that point exactly as recorded (prompt, the earlier turns' sampled ids, the tool
 conversation and the events of turns before T. It works for in-process episodes and for episodes stitched from
 `agentrft serve` sessions (an agent program's), as long as the prefix is one token sequence (a session whose
 client rewrote its history before turn T is refused). `branch` plays the continuations through the agent loop
-(`run_episode(prefix=...)`): the environment is brought to the prefix's point by running its tool calls again
+(the runner's episodes, `run_episode(prefix=...)`): the environment is brought to the prefix's point by running its tool calls again
 (the policy sees the recorded results; calls whose result now differs are listed in
 ``metadata.replayed_calls_differ``), and from turn T on everything is the new policy's and the environment's.
 Each branch records ``metadata.branch_of`` (the parent's id) and ``metadata.branch_turn``; the K branches share a
@@ -15,15 +15,15 @@ group id, so they are a GRPO group rooted at that turn.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from agentrft.envs.base import Environment
-from agentrft.graders import Grader, agrade_trajectory
+from agentrft.graders import Grader
 from agentrft.inputs import InputError
-from agentrft.rollout.agent import EpisodePrefix, run_episode
+from agentrft.rollout.agent import EpisodePrefix
+from agentrft.rollout.runner import Runner
 from agentrft.samplers.base import SamplingParams, TokenSampler
-from agentrft.types import Task, Trajectory, new_id
+from agentrft.types import Task, Trajectory
 
 
 def prefix_of(traj: Trajectory, turn: int) -> EpisodePrefix:
@@ -68,21 +68,19 @@ async def branch(
     store: Any = None,
     run_id: str = "",
 ) -> list[Trajectory]:
-    """``samples`` continuations of ``parent`` from its turn ``turn``, graded and stored (see the module docstring)."""
+    """``samples`` continuations of ``parent`` from its turn ``turn``, graded and stored (see the module
+    docstring): the runner's episodes, in lockstep, each starting from the prefix."""
     if samples < 1:
         raise InputError(f"--samples must be at least 1, got {samples}")
-    prefix = prefix_of(parent, turn)
-    group = new_id()
-
-    async def one() -> Trajectory:
-        traj = await run_episode(
-            env, sampler, task, params=params, tool_format=tool_format, run_id=run_id, group_id=group, prefix=prefix
-        )
-        traj.metadata.update(branch_of=parent.id, branch_turn=turn)
-        if grader is not None:
-            traj.grade = await agrade_trajectory(grader, traj, task.data)
-        if store is not None:
-            store.add_trajectory(traj)
-        return traj
-
-    return list(await asyncio.gather(*(one() for _ in range(samples))))
+    runner = Runner(
+        env,
+        sampler,
+        store=store,
+        grader=grader,
+        tool_format=tool_format,
+        params=params,
+        progress=False,
+        prefix=prefix_of(parent, turn),
+    )
+    runner.tags = {"branch_of": parent.id, "branch_turn": turn}
+    return await runner.run([task], samples, run_id=run_id)

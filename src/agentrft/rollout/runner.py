@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from agentrft.envs.base import Environment
 from agentrft.graders import Grader, agrade_trajectory
-from agentrft.rollout.agent import run_episode
+from agentrft.rollout.agent import EpisodePrefix, run_episode
 from agentrft.rollout.lockstep import Lockstep
 from agentrft.samplers.base import ChatSampler, SamplingParams, TokenSampler, is_token_sampler
 from agentrft.types import Task, Trajectory, new_id
@@ -115,6 +115,7 @@ class Runner:
         player: EpisodePlayer | None = None,
         seed: int | None = None,
         lockstep: bool = True,
+        prefix: EpisodePrefix | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -126,6 +127,7 @@ class Runner:
         self.wall_time_s = wall_time_s
         self.player = player
         self.seed = seed
+        self.prefix = prefix  # every episode continues this recorded one from its turn (`rollout.replay`)
         # metadata every episode of the following runs carries from the moment it is stored (a training loop
         # sets {"step": N}: a resumed run tells the steps it keeps from those it redoes by it)
         self.tags: dict[str, Any] = {}
@@ -150,6 +152,7 @@ class Runner:
                     group_id=group_id,
                     policy_version=policy_version,
                     group_key=group_id,
+                    prefix=self.prefix,
                 )
         traj.metadata.update(self.tags)
         if self.grader is not None:

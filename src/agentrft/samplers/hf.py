@@ -192,13 +192,7 @@ class HFSampler(InProcessPolicy):
 
     # --- TokenSampler -------------------------------------------------------------------------
     async def sample(self, request: SampleRequest) -> SampleResult:
-        self._validate(request)
-        if self._closed.is_set():
-            raise RuntimeError("HFSampler is closed")
-        self._ensure_engine()
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[SampleResult] = loop.create_future()
-        self._inbox.put(_Pending(request, fut, loop, time.perf_counter(), self._seeds.seed_for(request)))
+        (fut,) = self._submit([request], together=False)
         return await fut
 
     def sample_together(self, requests: list[SampleRequest]) -> list[asyncio.Future[SampleResult]]:
@@ -206,9 +200,13 @@ class HFSampler(InProcessPolicy):
         order, and admits them as the KV budget allows, never by how long they waited; so the batches they
         decode in depend on the requests alone. Seeds are derived in this order too. One future per request;
         a request `sample` would refuse fails its own future alone."""
+        return self._submit(requests, together=True)
+
+    def _submit(self, requests: list[SampleRequest], *, together: bool) -> list[asyncio.Future[SampleResult]]:
+        """Validate, seed and queue ``requests`` (as one inbox item when ``together``); a future for each."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[SampleResult]] = []
-        wave: list[_Pending] = []
+        queued: list[_Pending] = []
         now = time.perf_counter()
         for request in requests:
             fut: asyncio.Future[SampleResult] = loop.create_future()
@@ -220,10 +218,11 @@ class HFSampler(InProcessPolicy):
             except Exception as exc:
                 fut.set_exception(exc)
                 continue
-            wave.append(_Pending(request, fut, loop, now, self._seeds.seed_for(request), together=True))
-        if wave:
+            queued.append(_Pending(request, fut, loop, now, self._seeds.seed_for(request), together=together))
+        if queued:
             self._ensure_engine()
-            self._inbox.put(wave)
+            for item in [queued] if together else queued:
+                self._inbox.put(item)
         return futures
 
     @contextlib.contextmanager

@@ -124,7 +124,9 @@ class Store:
     Use as a context manager or call `close()`.
     """
 
-    def __init__(self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL") -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL", existing: bool = False
+    ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = Path(path)
@@ -138,6 +140,7 @@ class Store:
         self._pid = os.getpid()
         self._closed = False
         try:
+            self._refuse_foreign(existing)
             self._init_schema()
         except sqlite3.DatabaseError as err:
             self.close()
@@ -155,17 +158,7 @@ class Store:
             raise NotAStoreError(f"{path}: no such store file")
         if path.stat().st_size == 0:
             raise NotAStoreError(f"{path}: an empty file, not an agentrft store")
-        try:
-            probe = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-            try:
-                tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            finally:
-                probe.close()
-        except sqlite3.DatabaseError as err:
-            raise NotAStoreError(f"{path}: not an agentrft store ({err})") from None
-        if "trajectories" not in tables:
-            raise NotAStoreError(f"{path}: an SQLite database without agentrft's tables, not a store")
-        return cls(path, **kw)
+        return cls(path, existing=True, **kw)
 
     # ------------------------------------------------------------ connections
 
@@ -205,12 +198,23 @@ class Store:
                 conn.execute("ROLLBACK")
             raise
 
+    def _refuse_foreign(self, existing: bool) -> None:
+        """Before any connection that writes (even its pragmas: WAL mode rewrites the header): a file that is not
+        SQLite, or another program's database, is not a store; with ``existing`` neither is an SQLite file without
+        our tables. Read through a read-only connection."""
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return
+        probe = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            probe.close()
+        if (tables or existing) and "trajectories" not in tables:
+            raise NotAStoreError(f"{self.path}: an SQLite database without agentrft's tables, not a store")
+
     def _init_schema(self) -> None:
         with self._write() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "trajectories" not in tables:  # never add our tables to another program's database
-                raise NotAStoreError(f"{self.path}: an SQLite database without agentrft's tables, not a store")
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has store schema {version}, newer than this agentrft understands ({SCHEMA_VERSION})"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,9 +149,8 @@ def _check_scores(spec: dict[str, Any], comps: Components, run_id: str | None, s
     rewards = [g.reward for g in grades if not g.errors]
     if not rewards:
         return {}
-    mean = sum(rewards) / len(rewards)
-    var = sum((r - mean) ** 2 for r in rewards) / max(len(rewards) - 1, 1)
-    return {"valid_check_reward": mean, "valid_check_se": (var / len(rewards)) ** 0.5}
+    se = statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else 0.0
+    return {"valid_check_reward": statistics.fmean(rewards), "valid_check_se": se}
 
 
 def periodic_eval(cfg: TrainConfig, comps: Components, session: Session) -> Callable[[int], dict[str, float]]:

@@ -142,7 +142,8 @@ class Producer:
         # groups dropped in a row (none kept since): past the synchronous loop's own budget, the trainer would
         # wait for a group that never comes (a grader that fails every episode, a task set the policy has
         # saturated under dynamic sampling), so the producer fails with the causes instead
-        self._dropped_in_a_row: Counter[str] = Counter()
+        self._dropped_in_a_row = 0
+        self._drop_causes: Counter[str] = Counter()  # the dropped episodes' reasons, over those groups
         self._drop_limit = cfg.algorithm.dynamic_sampling.max_rounds * cfg.rollout.tasks_per_step
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -292,12 +293,12 @@ class Producer:
             slot.trajs, slot.group, slot.finished = trajs, kept, True
             if kept is None:
                 self._live.remove(slot)
-                self._dropped_in_a_row.update(set(dropped.values()))
-                self._dropped_in_a_row["groups"] += 1
-                if self._dropped_in_a_row["groups"] >= self._drop_limit:
-                    raise NoTrainableGroups(self._dropped_in_a_row)
+                self._dropped_in_a_row += 1
+                self._drop_causes.update(set(dropped.values()))
+                if self._dropped_in_a_row >= self._drop_limit:
+                    raise NoTrainableGroups(self._dropped_in_a_row, self._drop_causes)
             else:
-                self._dropped_in_a_row.clear()
+                self._dropped_in_a_row, self._drop_causes = 0, Counter()
             self._cond.notify_all()
         self._poke()
 
@@ -305,9 +306,8 @@ class Producer:
 class NoTrainableGroups(RuntimeError):
     """Every group played lately was dropped: the trainer would wait forever for one to train on."""
 
-    def __init__(self, causes: Counter[str]) -> None:
-        n = causes["groups"]
-        why = ", ".join(f"{k}" for k in sorted(causes) if k != "groups") or "unknown"
+    def __init__(self, n: int, causes: Counter[str]) -> None:
+        why = ", ".join(sorted(causes)) or "unknown"
         super().__init__(
             f"async GRPO: the last {n} groups played were all dropped (their episodes: {why}); no update can "
             "start. zero_signal: every episode of each group got the same reward (the tasks are too easy or too "
