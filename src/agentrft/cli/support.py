@@ -116,15 +116,8 @@ def open_store(db: Path, *, create: bool = False) -> Store:
 
 
 def find_run(store: Store, ref: str) -> Run:
-    """A run by id, else by its unique name (the latest of that name wins, as users re-run evals)."""
-    if store.has_run(ref):
-        return store.get_run(ref)
-    from agentrft.store.errors import NotFoundError
-
-    named = [r for r in store.list_runs() if r.name == ref]
-    if not named:
-        raise NotFoundError(f"no run with id or name {ref!r} in {store.path}")
-    return named[-1]
+    """A run by id, else by its name (`Store.find_run`)."""
+    return store.find_run(ref)
 
 
 def eval_result_of(store: Store, run: Run) -> EvalResult:

@@ -198,6 +198,7 @@ async def run_episode(
     else:
         traj.messages = [m.model_copy(deep=True) for m in prefix.messages]
         traj.n_prompt_messages, traj.events = prefix.n_prompt_messages, list(prefix.events)
+        traj.metadata.update(branch_of=prefix.parent, branch_turn=prefix.turn)
     limits = env.task_limits(task)
     ledger: TokenLedger | None = None
     episode: Episode | None = None
@@ -242,7 +243,9 @@ async def run_episode(
 @dataclass
 class EpisodePrefix:
     """A recorded episode up to the moment its turn ``turn`` was sampled (`rollout.replay.prefix_of`): the
-    conversation, the events and the token record (ids, loss mask, log-probs, turns) exactly as recorded."""
+    conversation, the events and the token record (ids, loss mask, log-probs, turns) exactly as recorded;
+    ``parent`` the recorded episode's id (an episode continuing it records ``metadata.branch_of`` and
+    ``branch_turn``)."""
 
     turn: int
     messages: list[Message]
@@ -252,6 +255,7 @@ class EpisodePrefix:
     loss_mask: list[int]
     logprobs: list[float]
     turns: list[int]
+    parent: str = ""
 
     def ledger(self) -> TokenLedger:
         return TokenLedger(list(self.ids), list(self.loss_mask), list(self.logprobs), list(self.turns))

@@ -51,6 +51,7 @@ def prefix_of(traj: Trajectory, turn: int) -> EpisodePrefix:
         loss_mask=tok.loss_mask[:end],
         logprobs=tok.logprobs[:end],
         turns=tok.turn[:end],
+        parent=traj.id,
     )
 
 
@@ -82,5 +83,4 @@ async def branch(
         progress=False,
         prefix=prefix_of(parent, turn),
     )
-    runner.tags = {"branch_of": parent.id, "branch_turn": turn}
     return await runner.run([task], samples, run_id=run_id)

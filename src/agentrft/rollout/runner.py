@@ -128,6 +128,8 @@ class Runner:
         self.player = player
         self.seed = seed
         self.prefix = prefix  # every episode continues this recorded one from its turn (`rollout.replay`)
+        # or per task: a task's episodes continue its own recorded one (`train/branches.py`)
+        self.prefixes: Mapping[str, EpisodePrefix] = {}
         # metadata every episode of the following runs carries from the moment it is stored (a training loop
         # sets {"step": N}: a resumed run tells the steps it keeps from those it redoes by it)
         self.tags: dict[str, Any] = {}
@@ -152,7 +154,7 @@ class Runner:
                     group_id=group_id,
                     policy_version=policy_version,
                     group_key=group_id,
-                    prefix=self.prefix,
+                    prefix=self.prefixes.get(task.id, self.prefix),
                 )
         traj.metadata.update(self.tags)
         if self.grader is not None:

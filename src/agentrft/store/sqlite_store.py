@@ -307,6 +307,15 @@ class Store:
         rows = self._conn().execute("SELECT data FROM runs ORDER BY created_at, id").fetchall()
         return [Run.model_validate_json(r[0]) for r in rows]
 
+    def find_run(self, ref: str) -> Run:
+        """A run by id, else by its name (the latest of that name wins, as users re-run evals)."""
+        if self.has_run(ref):
+            return self.get_run(ref)
+        named = [r for r in self.list_runs() if r.name == ref]
+        if not named:
+            raise NotFoundError(f"no run with id or name {ref!r} in {self.path}")
+        return named[-1]
+
     # ------------------------------------------------------------ trajectories
 
     def add_trajectory(self, traj: Trajectory) -> str:

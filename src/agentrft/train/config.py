@@ -298,6 +298,18 @@ class TrainConfig(_Cfg):
                 raise ValueError(
                     f"rollout.expert_per_group: {k} of a group of {self.rollout.group_size} leaves no policy episode"
                 )
+        if self.rollout.branch is not None:
+            if self.method != "grpo":
+                raise ValueError(f"rollout.branch: branched groups are GRPO's, not {self.method}'s")
+            if self.async_.max_staleness or self.ray.on or self.agent is not None:
+                raise ValueError(
+                    "rollout.branch: branched groups are played by the synchronous in-process loop (no "
+                    "async.max_staleness, ray or agent): a branch continues a token record in the agent loop"
+                )
+            if k or self.rollout.curriculum.enabled:
+                raise ValueError(
+                    "rollout.branch: the parents choose the tasks; no rollout.expert_per_group or curriculum with it"
+                )
         if self.method == "rejection_sampling":
             if self.data.source is not None:
                 raise ValueError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentrft.inputs import InputError
+from agentrft.store.errors import StoreError
 from agentrft.train.config import ConfigError, TrainConfig
 from agentrft.train.method_config import DATA_METHODS
 
@@ -50,6 +51,15 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
             load_grader(cfg.tripwires.check_grader)
         except InputError as exc:
             raise refuse("tripwires.check_grader", str(exc)) from None
+    if cfg.rollout.branch is not None:
+        from agentrft.store import Store
+        from agentrft.train.branches import BranchSource
+
+        try:
+            with Store.open_existing(cfg.rollout.branch.db) as store:
+                BranchSource.from_store(cfg.rollout.branch, store, env.tasks(cfg.rollout.split), cfg.seed)
+        except (InputError, StoreError) as exc:
+            raise refuse("rollout.branch", str(exc)) from None
     if cfg.agent is not None:
         if cfg.method != "grpo":
             raise refuse("agent", f"agent.command runs episodes for method grpo, not {cfg.method}")

@@ -32,8 +32,9 @@ from agentrft.inputs import InputError
 from agentrft.memory import trim
 from agentrft.samplers.base import SamplingParams, TokenSampler, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
+from agentrft.train.branches import BranchSource
 from agentrft.train.config import TrainConfig
-from agentrft.train.curriculum import task_source
+from agentrft.train.curriculum import TaskSource, task_source
 from agentrft.train.data import select_trajectories
 from agentrft.train.metrics import eval_metrics
 from agentrft.train.pipeline import (
@@ -312,10 +313,16 @@ def _grpo_step(
     if cfg.eval.every_steps:
         comps.env.tasks(cfg.eval.split)  # a bad eval split fails now, not after hours of training
     r = cfg.rollout
-    source = task_source(
-        tasks, r.curriculum, cfg.seed, state.extra.get("curriculum"), r.expert_per_group / r.group_size
-    )
     runner = train_runner(cfg, comps.env, policy, comps.store)
+    source: TaskSource
+    if r.branch is not None:  # groups continue recorded episodes from a turn (train/branches.py)
+        with Store.open_existing(r.branch.db) as parents:
+            source = BranchSource.from_store(r.branch, parents, tasks, cfg.seed)
+        runner.prefixes = source.prefixes()
+    else:
+        source = task_source(
+            tasks, r.curriculum, cfg.seed, state.extra.get("curriculum"), r.expert_per_group / r.group_size
+        )
     expert = None if comps.expert is None else train_runner(cfg, comps.env, comps.expert, comps.store)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
 

@@ -70,13 +70,17 @@ class MicroBatch:
 
 
 def to_sequence(index: int, traj: Trajectory, token_advantages: Sequence[float]) -> PackedSequence:
-    """A `PackedSequence` from a trajectory with a token record; the first token is never trained on."""
+    """A `PackedSequence` from a trajectory with a token record; the first token is never trained on, nor a
+    branch's turns before ``metadata.branch_turn`` (its parent's samples, not this policy's: train/branches.py)."""
     tok = traj.tokens
     if tok is None:
         raise ValueError(f"trajectory {traj.id} has no token record (eval-only sampler); it cannot be trained on")
     if len(token_advantages) != len(tok.ids):
         raise ValueError(f"trajectory {traj.id}: {len(token_advantages)} advantages for {len(tok.ids)} tokens")
     mask = list(tok.loss_mask)
+    branch_turn = traj.metadata.get("branch_turn")
+    if isinstance(branch_turn, int):  # a branch (rollout/replay.py): its turns before that one are its parent's
+        mask = [m if t >= branch_turn else 0 for m, t in zip(mask, tok.turn, strict=True)]
     if mask and mask[0]:
         raise ValueError(f"trajectory {traj.id}: first token is marked sampled; a sequence must start with a prompt")
     return PackedSequence(index, list(tok.ids), mask, list(tok.logprobs), list(token_advantages))
