@@ -10,6 +10,7 @@ import fakes_train as F
 import pytest
 
 from agentrft.envs.base import EnvLimits, Episode
+from agentrft.inputs import InputError
 from agentrft.rollout.replay import prefix_of
 from agentrft.rollout.runner import Runner
 from agentrft.samplers.base import SampleRequest, SampleResult, SamplingParams
@@ -156,6 +157,9 @@ def test_parents_are_chosen_by_the_config_and_a_run_without_any_is_refused_befor
         cfg = _config(tmp_path / "parents.db", **{"rollout.branch.failed_only": True})
         source = BranchSource.from_store(cfg.rollout.branch, s, ToolEnv().tasks("train"), 0)
     assert len(source.tasks) == 4 and source.metrics()["branch/left_out/succeeded"] == 2.0
+    # parents played with other tool schemas than the environment's now are left out (the drift check)
+    with Store(tmp_path / "parents.db") as s, pytest.raises(InputError, match="6 tool schema drift"):
+        BranchSource.from_store(_config(tmp_path / "parents.db").rollout.branch, s, ToolEnv().tasks("train"), 0, "x")
 
 
 @pytest.mark.parametrize(

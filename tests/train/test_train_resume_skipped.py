@@ -92,3 +92,24 @@ def test_async_resume_grades_a_stored_ungraded_group_and_puts_it_back(tmp_path: 
     assert len(requeued) == 1 and len(requeued[0].group) == 3  # before: dropped as ungraded, never replayed
     assert all(t.grade is not None and not t.grade.errors for t in stored)
     assert all(t.metadata.get("dropped") is None for t in stored)
+
+
+def test_a_stored_group_played_with_other_tool_schemas_is_flagged_and_not_put_back(tmp_path: Path) -> None:
+    cfg = F.config(**{"async.max_staleness": 1, "rollout.group_size": 3})
+    env = F.FakeEnv()
+    tasks = env.tasks("train")
+    task = next_tasks(tasks, 0, 1, cfg.seed)[0]
+    group = [_episode(task.id, "g", ids) for ids in ([2, 3, 4], [40, 50, 60], [2, 50, 4])]
+    for t in group:
+        t.env = t.env.model_copy(update={"tool_schema_hash": "schemas-of-an-older-version"})
+    with Store(tmp_path / "s.db") as store:
+        store.add_run(Run(id="r", name="r", kind="train"))
+        store.add_trajectories(group)
+        requeued, redo, _ = resume_plan(
+            store, "r", cfg, tasks, step=0, version=0, cursor=0, grader=F.FakeGrader(),
+            tool_schema_hash=env.tool_schema_hash(),
+        )  # fmt: skip
+        stored = store.query_trajectories(run_id="r")
+    assert all([e.flag for e in t.grade.errors] == ["tool_schema_drift"] for t in stored)
+    assert requeued == [] and redo == []  # never trained: dropped as a grader error is, and counted
+    assert all(t.metadata["dropped"] for t in stored)

@@ -63,17 +63,24 @@ async def agrade_trajectory(
 
 
 async def agrade_trajectories(
-    grader: Grader, trajs: Sequence[Trajectory], items: Sequence[dict[str, Any]], *, concurrency: int = 16
+    grader: Grader,
+    trajs: Sequence[Trajectory],
+    items: Sequence[dict[str, Any]],
+    *,
+    concurrency: int = 16,
+    expected_tool_schema_hash: str | None = None,
 ) -> list[Grade]:
     """`agrade_trajectory` over many episodes, concurrently (judges and sandboxes overlap); input order.
-    Never raises for a grader failure: every failure is an error flag on its Grade."""
+    Never raises for a grader failure: every failure is an error flag on its Grade. With
+    ``expected_tool_schema_hash`` (stored episodes graded by the environment as it is now), an episode played
+    with other tool schemas is flagged ``tool_schema_drift``, so it never trains."""
     if len(trajs) != len(items):
         raise ValueError(f"{len(trajs)} trajectories but {len(items)} items")
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(t: Trajectory, item: dict[str, Any]) -> Grade:
         async with sem:
-            return await agrade_trajectory(grader, t, item)
+            return await agrade_trajectory(grader, t, item, expected_tool_schema_hash=expected_tool_schema_hash)
 
     return list(await asyncio.gather(*(one(t, i) for t, i in zip(trajs, items, strict=True))))
 

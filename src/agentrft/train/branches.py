@@ -12,7 +12,8 @@ leaves them out of the loss (`train/packing.py`).
 Where to branch (``rollout.branch.turn``): a turn index; ``last``, the parent's last sampled turn;
 ``after_tool_error``, the turn after the first tool call that returned an error, where a policy that can
 recover calls again. Parents without that turn, without a token record, whose task the environment does not
-have, or (with ``failed_only``) that succeeded, are left out and counted. One parent per task: its prefix
+have, that were played with other tool schemas than the environment's now (``tool_schema_drift``), or (with
+``failed_only``) that succeeded, are left out and counted. One parent per task: its prefix
 is that task's for the whole run, drawn in the seeded shuffle every task source uses.
 """
 
@@ -61,8 +62,11 @@ class BranchSource:
         self.seed, self.left_out = seed, left_out
 
     @classmethod
-    def from_store(cls, cfg: BranchConfig, store: Store, tasks: Sequence[Task], seed: int) -> BranchSource:
-        """The parents of ``cfg.run`` in ``store`` whose task is among ``tasks`` (the training split's)."""
+    def from_store(
+        cls, cfg: BranchConfig, store: Store, tasks: Sequence[Task], seed: int, tool_schema_hash: str | None = None
+    ) -> BranchSource:
+        """The parents of ``cfg.run`` in ``store`` whose task is among ``tasks`` (the training split's) and, given
+        ``tool_schema_hash`` (the training environment's), whose episode saw the same tool schemas."""
         by_id = {t.id: t for t in tasks}
         run = store.find_run(cfg.run)
         parents: dict[str, tuple[Task, EpisodePrefix]] = {}
@@ -72,6 +76,8 @@ class BranchSource:
             why = (
                 "not_in_split"
                 if traj.task_id not in by_id
+                else "tool_schema_drift"
+                if tool_schema_hash is not None and traj.env.tool_schema_hash != tool_schema_hash
                 else "succeeded"
                 if cfg.failed_only and traj.grade is not None and traj.grade.success
                 else "no_turn"

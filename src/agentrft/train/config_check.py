@@ -57,7 +57,8 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
 
         try:
             with Store.open_existing(cfg.rollout.branch.db) as store:
-                BranchSource.from_store(cfg.rollout.branch, store, env.tasks(cfg.rollout.split), cfg.seed)
+                tasks, schemas = env.tasks(cfg.rollout.split), env.tool_schema_hash()
+                BranchSource.from_store(cfg.rollout.branch, store, tasks, cfg.seed, schemas)
         except (InputError, StoreError) as exc:
             raise refuse("rollout.branch", str(exc)) from None
     if cfg.agent is not None:

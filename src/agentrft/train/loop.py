@@ -317,7 +317,7 @@ def _grpo_step(
     source: TaskSource
     if r.branch is not None:  # groups continue recorded episodes from a turn (train/branches.py)
         with Store.open_existing(r.branch.db) as parents:
-            source = BranchSource.from_store(r.branch, parents, tasks, cfg.seed)
+            source = BranchSource.from_store(r.branch, parents, tasks, cfg.seed, comps.env.tool_schema_hash())
         runner.prefixes = source.prefixes()
     else:
         source = task_source(
@@ -412,6 +412,7 @@ def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, re
             version=state.policy_version,
             cursor=state.cursor,
             grader=comps.grader,
+            tool_schema_hash=comps.env.tool_schema_hash(),
         )
     comps.sampler.reseed(cfg.seed * 1_000_003 + state.step)
     player: Player

@@ -360,11 +360,13 @@ def resume_plan(
     version: int,
     cursor: int,
     grader: Grader | None = None,
+    tool_schema_hash: str | None = None,
 ) -> tuple[list[Slot], list[int], int]:
     """(groups put back, draws to play again, the producer's next new draw) for a run resumed at checkpoint
     (``step``, ``version``, ``cursor``); marks the stored trajectories it will not use (module docstring). A
     complete group the kill caught between storing its episodes and grading them is graded now (``grader``)
-    and put back like any other, not dropped as ungraded."""
+    and put back like any other, not dropped as ungraded; one played with other tool schemas than
+    ``tool_schema_hash`` (the environment's now) is flagged ``tool_schema_drift`` by that grade and not trained."""
     by_draw: dict[int, list[Trajectory]] = {}
     trained_draws: set[int] = set()
     marks: dict[str, dict[str, Any]] = {}
@@ -398,7 +400,11 @@ def resume_plan(
             continue
         ungraded = [t for t in members if t.grade is None]
         if ungraded and grader is not None:
-            grades = asyncio.run(agrade_trajectories(grader, ungraded, [task.data] * len(ungraded)))
+            grades = asyncio.run(
+                agrade_trajectories(
+                    grader, ungraded, [task.data] * len(ungraded), expected_tool_schema_hash=tool_schema_hash
+                )
+            )
             for t, grade in zip(ungraded, grades, strict=True):
                 t.grade = grade
                 store.set_grade(t.id, grade)

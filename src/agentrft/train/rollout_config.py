@@ -57,6 +57,21 @@ class CurriculumConfig(_Cfg):
         return self
 
 
+class BranchConfig(_Cfg):
+    """Train from branches of recorded episodes (train/branches.py): each step's groups are K continuations of
+    the current policy from turn T of stored episodes (tool results replayed from the record), not fresh
+    episodes from the prompt."""
+
+    run: str = Field(description="the stored run (id or name) whose episodes are the parents")
+    db: str = Field(default="agentrft.db", description="the store holding that run (the CLI's default store)")
+    turn: int | Literal["last", "after_tool_error"] = Field(
+        default="after_tool_error",
+        description="where to branch: a turn index, the last sampled turn, or the turn after the first tool "
+        "call that returned an error (where a policy has to recover); parents without that turn are left out",
+    )
+    failed_only: bool = Field(default=True, description="branch only from parents whose grade was not a success")
+
+
 class RolloutConfig(_Cfg):
     env: str = Field(default="finqa-lite:1", description="environment name for agentrft.envs.registry.make_env")
     split: str = Field(default="train", description="task split to train on")
@@ -92,21 +107,6 @@ class RolloutConfig(_Cfg):
         description="train on branches of a stored run's episodes from a chosen turn (train/branches.py) "
         "instead of episodes from the prompt; None = fresh episodes",
     )
-
-
-class BranchConfig(_Cfg):
-    """Train from branches of recorded episodes (train/branches.py): each step's groups are K continuations of
-    the current policy from turn T of stored episodes (tool results replayed from the record), not fresh
-    episodes from the prompt."""
-
-    run: str = Field(description="the stored run (id or name) whose episodes are the parents")
-    db: str = Field(default="agentrft.db", description="the store holding that run (the CLI's default store)")
-    turn: int | Literal["last", "after_tool_error"] = Field(
-        default="after_tool_error",
-        description="where to branch: a turn index, the last sampled turn, or the turn after the first tool "
-        "call that returned an error (where a policy has to recover); parents without that turn are left out",
-    )
-    failed_only: bool = Field(default=True, description="branch only from parents whose grade was not a success")
 
 
 class AsyncConfig(_Cfg):
