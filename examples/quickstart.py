@@ -1,6 +1,6 @@
 """The README's Python example: evaluate, train with the demo's GRPO recipe, evaluate again.
 
-    python examples/quickstart.py [POLICY STEPS]     # default: smollm2-135m, 10 steps
+python examples/quickstart.py [POLICY STEPS]     # default: smollm2-135m, 10 steps
 """
 
 import sys
