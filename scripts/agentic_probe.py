@@ -1,4 +1,4 @@
-"""Teacher-forced probe of a policy on finqa-lite (agentrft.eval.expert_probe): the expert's held-out episodes,
+"""Teacher-forced probe of a policy on finqa-lite (agentrft.recipes.expert_probe): the expert's held-out episodes,
 scored turn by turn under the policy, no sampling. Prints JSON: per level, mean log P and P of each expert turn.
 
     .venv/bin/python scripts/agentic_probe.py hf:RUN/imitation/policy [--levels 3,4] [--tasks 16] [--out RUN/probe.json]
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from agentrft.envs.registry import make_env
-from agentrft.eval.expert_probe import expert_episodes, probe
+from agentrft.recipes.expert_probe import expert_episodes, probe
 from agentrft.samplers.distribution import Distribution
 from agentrft.samplers.policies import load_model_and_tokenizer
 

@@ -1,7 +1,8 @@
 """agentrft: agentic reinforcement fine-tuning.
 
-Layers (each depends only on those above): types → store → tools/envs/tasks →
-graders → samplers → rollout → algos → train → eval → cli. See ARCHITECTURE.md.
+Layers (each imports only from its own and those before it; tests/test_layers.py checks): types (and leaf
+helpers) → store → tools, envs → graders → samplers → rollout → algos → eval → train → rft → recipes → cli.
+See ARCHITECTURE.md.
 """
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ def test_defaults_and_presets_validate():
     for name in PRESETS:
         cfg = load_config(name)
         assert isinstance(cfg, TrainConfig)
-    from agentrft.demo import run_demo  # noqa: F401 - the demo trains with exactly these presets
+    from agentrft.recipes.demo import run_demo  # noqa: F401 - the demo trains with exactly these presets
 
     assert load_config("demo-quick").steps == 2 and load_config("demo").rollout.temperature == 0.7
 

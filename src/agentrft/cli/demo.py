@@ -1,4 +1,4 @@
-"""`agentrft demo [--quick]`: baseline eval, GRPO on CPU, eval again, report (see agentrft.demo)."""
+"""`agentrft demo [--quick]`: baseline eval, GRPO on CPU, eval again, report (see agentrft.recipes.demo)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from agentrft.demo import DemoSettings
+from agentrft.recipes.demo import DemoSettings
 
 _FULL, _QUICK = DemoSettings.preset(False), DemoSettings.preset(True)  # the --help text reads the real defaults
 
@@ -67,8 +67,8 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from agentrft.demo import run_demo
     from agentrft.inputs import InputError
+    from agentrft.recipes.demo import run_demo
     from agentrft.train.config import ConfigError
 
     if seed is not None:
@@ -149,9 +149,9 @@ def _agentic(
     from rich.console import Console
     from rich.table import Table
 
-    from agentrft.agentic import run_agentic
-    from agentrft.agentic_settings import AgenticSettings
     from agentrft.inputs import InputError
+    from agentrft.recipes.agentic import run_agentic
+    from agentrft.recipes.agentic_settings import AgenticSettings
     from agentrft.train.config import ConfigError
 
     settings = AgenticSettings.preset(quick)

@@ -64,12 +64,15 @@ def register_grader(type_name: str) -> Callable[[G], G]:
 
 
 ENTRY_POINT_GROUP = "agentrft.graders"
-# Grader types that live beside their environment (the benchmark wrappers), as pyproject.toml declares them
-# under the entry-point group (a test keeps the two equal). Their modules are imported when a spec names the
-# type, so loading any other grader imports no environment and no benchmark package.
+# Grader types that live beside what they grade, in a layer above the graders (an environment's own grader
+# type; the reward model's, beside its training), as pyproject.toml declares them under the entry-point group
+# (a test keeps the two equal). Their modules are imported when a spec names the type, so loading any other
+# grader imports no environment, no benchmark package and no torch.
 PLUGIN_BUILTIN: dict[str, str] = {
     "bfcl": "agentrft.envs.bfcl.grader",
+    "finqa_process": "agentrft.envs.finqa.process_grader",
     "reasoning_gym": "agentrft.envs.reasoning_gym.grader",
+    "reward_model": "agentrft.train.rm_grader",
 }
 
 
@@ -92,12 +95,10 @@ def _ensure_builtin() -> None:
     # Importing the modules registers their classes (kept lazy to avoid import cycles).
     from agentrft.graders import (  # noqa: F401
         env_reward,
-        finqa_process,
         model,
         multi,
         numeric,
         python_grader,
-        reward_model,
         text,
         trajectory,
     )

@@ -1,4 +1,4 @@
-"""Scoring behind the `reward_model` grader (graders/reward_model.py, which imports this on first use).
+"""Scoring behind the `reward_model` grader (train/rm_grader.py, which imports this on first use).
 
 What is scored, and where the score is read, follows the training data exactly: a token record
 as recorded, read at its last sampled token; messages through the model's chat template by

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 
 def test_demo_quick_leaves_a_complete_run_dir(tmp_path: Path) -> None:
-    from agentrft.demo import DemoSettings, run_demo
+    from agentrft.recipes.demo import DemoSettings, run_demo
 
     run_dir = tmp_path / "demo"
     result = run_demo(run_dir, DemoSettings.preset(quick=True), progress=False)

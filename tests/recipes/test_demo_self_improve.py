@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.demo import DemoSettings, run_demo
+from agentrft.recipes.demo import DemoSettings, run_demo
 from agentrft.train.config import ConfigError
 
 TINY = ["policy.name=tiny", "policy.gradient_checkpointing=false", "policy.precision=fp32"]

@@ -11,9 +11,9 @@ import pytest
 from agentrft.envs.base import EnvLimits
 from agentrft.envs.finqa.env import FinqaLiteEnv
 from agentrft.envs.finqa.expert import report_programs
+from agentrft.envs.finqa.process_grader import expression_figures
 from agentrft.graders import grade_trajectory, load_grader
 from agentrft.graders.base import GraderSpecError, Sample
-from agentrft.graders.finqa_process import expression_figures
 from agentrft.rollout.agent import run_episode
 from agentrft.samplers.base import SamplingParams
 from agentrft.samplers.oracle import OracleSampler

@@ -15,12 +15,12 @@ steps that mattered. One command, one run directory:
    ``late_replay`` of each earlier level's); held-out evals again (run ``imitation``), so each stage's share
    is visible;
 4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/curriculum.py`)
-   and the outcome plus per-turn process credit (`graders/finqa_process.py`, ``algorithm.turn_level``)
+   and the outcome plus per-turn process credit (`envs/finqa/process_grader.py`, ``algorithm.turn_level``)
    (preset ``agentic-rl``);
 5. **final** held-out and ``ood`` evals, the per-level table, and the report.
 
 The settings (`AgenticSettings`, ``--set recipe.K=V``) and the stages' configs (`agentic_configs`) are in
-`agentrft.agentic_settings`.
+`agentrft.recipes.agentic_settings`.
 
 The trained prompt (``trained_shots``, default 0: ``finqa-lite:N?shots=0``): the base model needs the
 worked example to attempt a task at all, a policy that has imitated the expert does not. Without it the prompt
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrft.agentic_settings import AgenticSettings, agentic_configs
 from agentrft.envs.registry import shots_of, with_shots
+from agentrft.recipes.agentic_settings import AgenticSettings, agentic_configs
 
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).
 BASELINE_TRAINED_PROMPT = "baseline-trained-prompt"

@@ -1,7 +1,7 @@
 """The agentic recipe's settings (`AgenticSettings`, ``--set recipe.KEY=VALUE``) and its stages' training
 configs (`agentic_configs`: presets ``agentic-imitation``, ``agentic-imitation-late`` and ``agentic-rl`` on the
 trained prompt, with ``imitation.`` / ``late.`` / ``rl.`` overrides), all checked before any model loads. The
-recipe itself, which runs them, is `agentrft.agentic`."""
+recipe itself, which runs them, is `agentrft.recipes.agentic`."""
 
 from __future__ import annotations
 

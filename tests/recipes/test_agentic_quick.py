@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.agentic import run_agentic
-from agentrft.agentic_settings import AgenticSettings, agentic_configs
 from agentrft.envs.registry import make_env, shots_of, with_shots
+from agentrft.recipes.agentic import run_agentic
+from agentrft.recipes.agentic_settings import AgenticSettings, agentic_configs
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError
 

@@ -1,4 +1,4 @@
-"""The teacher-forced probe (eval/expert_probe.py): the expert's turns scored under a policy, checked against
+"""The teacher-forced probe (recipes/expert_probe.py): the expert's turns scored under a policy, checked against
 log-softmax recomputed by hand from the model's logits."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from agentrft.envs.registry import make_env
-from agentrft.eval.expert_probe import expert_episodes, probe
 from agentrft.inputs import InputError
+from agentrft.recipes.expert_probe import expert_episodes, probe
 from agentrft.samplers.distribution import Distribution
 from agentrft.samplers.policies import load_model_and_tokenizer
 
