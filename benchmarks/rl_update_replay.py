@@ -29,9 +29,9 @@ import torch
 from agentrft.samplers.policies import load_model_and_tokenizer
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import load_config
-from agentrft.train.segment_attention import use_segment_attention
-from agentrft.train.stages import advantage_stage, pack_stage, skip_zero_advantage
-from agentrft.train.update import autocast_dtype, policy_update
+from agentrft.train.core.segment_attention import use_segment_attention
+from agentrft.train.core.update import autocast_dtype, policy_update
+from agentrft.train.rl.stages import advantage_stage, pack_stage, skip_zero_advantage
 
 VARIANTS = ("before", "skip")
 

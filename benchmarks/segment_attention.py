@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from agentrft.train.segment_attention import segmented_attention, suffix_path
+from agentrft.train.core.segment_attention import segmented_attention, suffix_path
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 # (name, prefix tokens, suffixes per row, suffix length range): the oracle's demonstrations in the recipe's rows

@@ -62,9 +62,9 @@ def one(layout: str, db: Path) -> dict[str, float]:
     from agentrft.samplers.distribution import Distribution
     from agentrft.samplers.policies import load_model_and_tokenizer
     from agentrft.store import Store
-    from agentrft.train.packing import PackedSequence, micro_batches
-    from agentrft.train.shared_prefix import shared_prefix_micro_batches
-    from agentrft.train.update import autocast, batch_logprobs
+    from agentrft.train.core.packing import PackedSequence, micro_batches
+    from agentrft.train.core.shared_prefix import shared_prefix_micro_batches
+    from agentrft.train.core.update import autocast, batch_logprobs
 
     shared, kind, row_tokens, mb_tokens = LAYOUTS[layout]
     trajs = [t for t in Store(db).query_trajectories() if t.tokens is not None]
@@ -82,7 +82,7 @@ def one(layout: str, db: Path) -> dict[str, float]:
     model, _ = load_model_and_tokenizer("smollm2-135m")
     model.train()
     if shared and kind == "segments":
-        from agentrft.train.segment_attention import use_segment_attention
+        from agentrft.train.core.segment_attention import use_segment_attention
 
         use_segment_attention(model)
     if shared:

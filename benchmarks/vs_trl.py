@@ -1,7 +1,11 @@
 """agentrft vs TRL's GRPOTrainer on CPU: same model, prompts, reward and sizes; seconds per step, peak RSS, reward.
 
     bash benchmarks/setup_trl.sh                     # once: TRL in its own venv, .venv-trl
-    .venv/bin/python benchmarks/vs_trl.py [--steps 4] [--finetune full lora] [--json out.json]
+    .venv/bin/python benchmarks/vs_trl.py [--steps 4] [--finetune full full-bf16 lora] [--json out.json]
+
+``full-bf16`` is agentrft's full fine-tune with ``optimizer.weights: bf16`` (bf16 weights, gradients and
+AdamW states with stochastic rounding, torchao; the sampler in bf16 too), set beside TRL's ``full`` run
+(TRL runs once per fine-tune kind).
 
 TRL is an optional *benchmark* dependency, never a runtime one. It lives in its own venv
 (`setup_trl.sh`: torch==2.13.0 first, then trl 1.16.0 and the versions it was measured
@@ -140,17 +144,19 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             text = sampler.decode([i for i, m in zip(tok.ids, tok.loss_mask, strict=True) if m])
             return Score(calculator_reward(text, float(item["answer"])))
 
+    bf16_weights = args.finetune == "full-bf16"
     cfg = build_config(
         {
             "steps": args.steps,
             "seed": 0,
             "policy": {
                 "name": "smollm2-135m",
-                "finetune": args.finetune,
+                "finetune": "full" if bf16_weights else args.finetune,
+                **({"precision": "bf16", "sampler_precision": "bf16"} if bf16_weights else {}),
                 "lora_r": 16,
                 "lora_alpha": 32,
                 "gradient_checkpointing": True,
-                "precision": "auto",
+                **({} if bf16_weights else {"precision": "auto"}),
             },
             "rollout": {
                 "env": "finqa-lite:1",
@@ -160,7 +166,11 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
                 "temperature": 1.0,
             },
             "algorithm": {"kl_coef": 0.0},
-            "optimizer": {"lr": LR, "shared_prefix": not args.no_shared_prefix},
+            "optimizer": {
+                "lr": LR,
+                "shared_prefix": not args.no_shared_prefix,
+                "weights": "bf16" if bf16_weights else "fp32",
+            },
             "eval": {"every_steps": 0},
             "checkpoint": {"every_steps": 0},
             "logging": {"tensorboard": False},
@@ -315,7 +325,7 @@ def _summary(res: dict[str, Any]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--finetune", nargs="+", choices=["full", "lora"], default=["full", "lora"])
+    ap.add_argument("--finetune", nargs="+", choices=["full", "full-bf16", "lora"], default=["full", "lora"])
     ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
     ap.add_argument("--no-shared-prefix", action="store_true", help="agentrft without shared-prefix updates")
     ap.add_argument("--json", default=None, help="also write every step and the summary table here")
@@ -351,19 +361,23 @@ def main() -> None:
     trl_ok = Path(args.trl_python).exists()
     table = []
     runs: dict[str, Any] = {}
+    trl_runs: dict[str, dict[str, Any]] = {}  # one TRL run per fine-tune kind (full-bf16 sits beside full)
     for ft in args.finetune:
         ours = _child("ours", sys.executable, args, ft, ["--no-shared-prefix"] if args.no_shared_prefix else [])
-        trl = (
-            _child(
-                "trl",
-                args.trl_python,
-                args,
-                ft,
-                ["--prompts", str(pfile), "--model-dir", str(model_dir), "--bf16", str(bf16)],
+        kind = ft.removesuffix("-bf16")
+        if kind not in trl_runs:
+            trl_runs[kind] = (
+                _child(
+                    "trl",
+                    args.trl_python,
+                    args,
+                    kind,
+                    ["--prompts", str(pfile), "--model-dir", str(model_dir), "--bf16", str(bf16)],
+                )
+                if trl_ok
+                else {"error": f"no TRL interpreter at {args.trl_python}: bash benchmarks/setup_trl.sh"}
             )
-            if trl_ok
-            else {"error": f"no TRL interpreter at {args.trl_python}: bash benchmarks/setup_trl.sh"}
-        )
+        trl = trl_runs[kind]
         runs[f"agentrft {ft}"], runs[f"TRL {ft}"] = ours, trl
         for name, res in (("agentrft", ours), ("TRL", trl)):
             print(f"\n== {name} / {ft}")

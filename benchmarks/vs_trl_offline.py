@@ -59,8 +59,8 @@ def build_data(db: str, run: str, steps: int) -> dict[str, Any]:
     from agentrft.samplers.chat_template import TokenizerRenderer
     from agentrft.samplers.policies import smollm2_tokenizer
     from agentrft.train.data import DataConfig, select_trajectories
-    from agentrft.train.preference_data import encode_pair, load_pairs
-    from agentrft.train.stages import next_tasks
+    from agentrft.train.data.preference_data import encode_pair, load_pairs
+    from agentrft.train.rl.stages import next_tasks
 
     sft_sel, _ = select_trajectories(DataConfig(source=db, runs=[run], success_only=True))
     sft = [

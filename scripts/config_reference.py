@@ -1,4 +1,4 @@
-"""Write docs/config.md, the training config's reference, from the pydantic models (train/config_reference.py).
+"""Write docs/config.md, the training config's reference, from the pydantic models (train/config/reference.py).
 
     .venv/bin/python scripts/config_reference.py [--check]
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentrft.train.config_reference import reference_markdown
+from agentrft.train.config.reference import reference_markdown
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 

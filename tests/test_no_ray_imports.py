@@ -1,4 +1,4 @@
-"""Ray is an extra: no module but train/ray_rollout.py imports it, even while running a whole train
+"""Ray is an extra: no module but train/rl/ray_rollout.py imports it, even while running a whole train
 (with Ray blocked, every agentrft module except that one imports, and `agentrft train --help` runs)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ for info in pkgutil.walk_packages(agentrft.__path__, "agentrft."):
             bad.append(info.name)
     except Exception:
         pass
-import agentrft.train.ray_rollout  # the module itself imports ray only when a RayPlayer starts
+import agentrft.train.rl.ray_rollout  # the module itself imports ray only when a RayPlayer starts
 print(",".join(bad))
 """
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrft.cli.main import app
-from agentrft.train.metrics import read_metrics
+from agentrft.train.core.metrics import read_metrics
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
 import fakes_dpo as D

@@ -8,7 +8,7 @@ import torch
 
 from agentrft import precision as P
 from agentrft.train.config import PolicyConfig
-from agentrft.train.update import autocast_dtype
+from agentrft.train.core.update import autocast_dtype
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_sampler_precision_auto_resolves_like_the_trainer(cpu) -> None:
 
 
 def test_the_agentic_presets_pick_the_sampler_precision_by_cpu() -> None:
-    from agentrft.train.presets import PRESETS
+    from agentrft.train.config.presets import PRESETS
 
     for name in ("agentic-imitation", "agentic-imitation-late", "agentic-rl"):
         assert PRESETS[name]["policy"]["sampler_precision"] == "auto"

@@ -29,7 +29,7 @@ from agentrft.rft.runner import create_job
 from agentrft.rft.spec import load_job_spec
 from agentrft.rft.validate import validate_job
 from agentrft.tools import sandbox
-from agentrft.train.metrics import read_metrics
+from agentrft.train.core.metrics import read_metrics
 
 torch.set_num_threads(1)  # tiny models on a shared 2-core box; the worker subprocess does the same
 HERE = Path(__file__).parent

@@ -108,7 +108,7 @@ def test_logprobs_are_those_of_the_sampled_distribution(
     """What the sampler reports is what the trainer recomputes (`train.logprobs`, same `Distribution`);
     greedy reports the raw model's log-probs."""
     from agentrft.samplers.distribution import Distribution
-    from agentrft.train.logprobs import sampled_logprobs
+    from agentrft.train.core.logprobs import sampled_logprobs
 
     res = run(sampler.sample(SampleRequest(prompt, params)))
     n = len(res.token_ids)

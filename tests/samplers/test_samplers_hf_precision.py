@@ -60,7 +60,7 @@ def test_bf16_keeps_the_kv_in_bf16_and_samples_what_bf16_autocast_computes() -> 
     """A bf16 batch stores its KV in bf16 and reports the log-probs of the tokens under the function the
     trainer's bf16 autocast computes (within bf16 rounding); the model's own weights stay fp32."""
     from agentrft.samplers.distribution import Distribution
-    from agentrft.train.logprobs import sampled_logprobs
+    from agentrft.train.core.logprobs import sampled_logprobs
 
     model, tok = tiny_model_and_tokenizer(seed=4)
     model.eval()

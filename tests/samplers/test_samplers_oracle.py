@@ -18,7 +18,7 @@ from agentrft.samplers.base import EpisodeView, SampleRequest, SamplingParams
 from agentrft.samplers.chat_template import TokenizerRenderer
 from agentrft.samplers.oracle import OracleError, OracleSampler
 from agentrft.samplers.policies import PolicyError, load_policy
-from agentrft.train.records import render_token_record, token_record_problem
+from agentrft.train.data.records import render_token_record, token_record_problem
 from agentrft.types import Task, Trajectory
 
 TASKS_PER_LEVEL = 40

@@ -7,7 +7,8 @@ from pathlib import Path
 import fakes_train as F
 import torch
 
-from agentrft.train import sft, train
+from agentrft.train import train
+from agentrft.train.data import sft
 
 torch.set_num_threads(1)  # as in the test process (conftest): same numerics, no contention
 real_stage = sft.train_stage

@@ -16,8 +16,8 @@ pytest.importorskip("uvicorn")
 from agentrft.store import Store
 from agentrft.train import ConfigError, train
 from agentrft.train.config import build_config
-from agentrft.train.config_check import check_references
-from agentrft.train.metrics import read_metrics
+from agentrft.train.config.check import check_references
+from agentrft.train.core.metrics import read_metrics
 
 AGENT = """
 import json, os, sys, httpx

@@ -18,7 +18,7 @@ import pytest
 
 from agentrft.store import Store
 from agentrft.train import train
-from agentrft.train.metrics import is_timing_key, read_metrics
+from agentrft.train.core.metrics import is_timing_key, read_metrics
 from agentrft.types import Trajectory
 
 HERE = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Training from branches of recorded episodes (``rollout.branch``, train/branches.py): each group continues a
+"""Training from branches of recorded episodes (``rollout.branch``, train/rl/branches.py): each group continues a
 stored episode from the chosen turn, token-exactly, and only the continuation trains."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from agentrft.samplers.base import SampleRequest, SampleResult, SamplingParams
 from agentrft.store import Store
 from agentrft.tools.base import ToolResult
 from agentrft.train import train
-from agentrft.train.branches import BranchSource, branch_turn
 from agentrft.train.config import ConfigError
-from agentrft.train.config_check import check_references
-from agentrft.train.metrics import read_metrics
-from agentrft.train.packing import to_sequence
+from agentrft.train.config.check import check_references
+from agentrft.train.core.metrics import read_metrics
+from agentrft.train.core.packing import to_sequence
+from agentrft.train.rl.branches import BranchSource, branch_turn
 from agentrft.types import Grade, Run, Task
 
 TOOL = {

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrft.train.checkpoint import (
+from agentrft.train.core.checkpoint import (
     TrainerState,
     latest_checkpoint,
     list_checkpoints,

@@ -90,7 +90,7 @@ def test_seed_and_tool_format_are_bounded_and_named():
 
 
 def test_check_references_names_the_key_before_any_model(tmp_path):
-    from agentrft.train.config_check import check_references
+    from agentrft.train.config.check import check_references
 
     check_references(build_config({"policy": {"name": "tiny"}}), "c.yaml")  # finqa-lite, its grader: fine
     rows = tmp_path / "d.jsonl"

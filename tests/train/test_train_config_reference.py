@@ -1,11 +1,11 @@
-"""docs/config.md is what the config models generate now (train/config_reference.py), and it names every key."""
+"""docs/config.md is what the config models generate now (train/config/reference.py), and it names every key."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from agentrft.train.config import TrainConfig
-from agentrft.train.config_reference import reference_markdown, sections
+from agentrft.train.config.reference import reference_markdown, sections
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 

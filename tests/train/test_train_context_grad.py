@@ -9,13 +9,13 @@ import torch
 from conftest import tiny_llama
 from test_train_shared_prefix import _assert_grads_close, _batch
 
-from agentrft.train import segment_attention
 from agentrft.train.config import OptimizerConfig, TrainConfig
-from agentrft.train.context_grad import gradient_columns, visibility
-from agentrft.train.logprobs import sampled_logprobs
-from agentrft.train.packing import collate
-from agentrft.train.segment_attention import use_segment_attention
-from agentrft.train.shared_prefix import pack_segment_rows, shared_prefix_logprobs, shared_prefix_micro_batches
+from agentrft.train.core import segment_attention
+from agentrft.train.core.context_grad import gradient_columns, visibility
+from agentrft.train.core.logprobs import sampled_logprobs
+from agentrft.train.core.packing import collate
+from agentrft.train.core.segment_attention import use_segment_attention
+from agentrft.train.core.shared_prefix import pack_segment_rows, shared_prefix_logprobs, shared_prefix_micro_batches
 
 
 def _context(loss_mask: list[int]) -> torch.Tensor:
@@ -165,7 +165,7 @@ def test_the_trainer_packs_stop_micro_batches_from_the_config():
 
     from conftest import fake_trajectory
 
-    from agentrft.train.stages import pack_stage
+    from agentrft.train.rl.stages import pack_stage
 
     rng = random.Random(0)
     trajs = [fake_trajectory(rng, turns=2) for _ in range(3)]

@@ -1,4 +1,4 @@
-"""The curriculum (train/curriculum.py): weights by hand, promotion, task preference, and exact resume."""
+"""The curriculum (train/rl/curriculum.py): weights by hand, promotion, task preference, and exact resume."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from agentrft.inputs import InputError
 from agentrft.train import train
 from agentrft.train.config import ConfigError
-from agentrft.train.curriculum import Curriculum, ShuffledTasks, stratified_levels
-from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.rollout_config import CurriculumConfig
-from agentrft.train.stages import next_tasks
+from agentrft.train.config.rollout import CurriculumConfig
+from agentrft.train.core.metrics import is_timing_key, read_metrics
+from agentrft.train.rl.curriculum import Curriculum, ShuffledTasks, stratified_levels
+from agentrft.train.rl.stages import next_tasks
 from agentrft.types import Grade, Message, Task, Trajectory
 
 

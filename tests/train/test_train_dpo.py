@@ -20,11 +20,11 @@ from agentrft.inputs import InputError
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import Store
 from agentrft.train import ConfigError, train
-from agentrft.train import dpo as DPO
-from agentrft.train.logprobs import sampled_logprobs
-from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.preference_data import PairTokens, encode_pair, load_pairs, pair_sides
-from agentrft.train.shared_prefix import common_prefix_len
+from agentrft.train.core.logprobs import sampled_logprobs
+from agentrft.train.core.metrics import is_timing_key, read_metrics
+from agentrft.train.core.shared_prefix import common_prefix_len
+from agentrft.train.data import dpo as DPO
+from agentrft.train.data.preference_data import PairTokens, encode_pair, load_pairs, pair_sides
 from agentrft.types import Run
 
 GRAD_RTOL = 1e-5  # as in test_train_shared_prefix.py: shared tokens' gradients are summed in another order
@@ -336,3 +336,15 @@ def test_the_config_names_every_registered_loss():
     from agentrft.train.config import DPOConfig
 
     assert set(get_args(DPOConfig.model_fields["loss"].annotation)) == set(PREFERENCE_LOSSES)
+
+
+def test_the_step_hook_reaches_dpo_and_can_stop_it_at_a_checkpoint(db, tmp_path):
+    seen = []
+
+    def hook(step, metrics):
+        seen.append((step, "loss" in metrics))
+        return step == 2  # a cancel request, as `agentrft rft cancel` makes one
+
+    res = train(D.config(str(db), steps=4), tmp_path / "run", components=_policy_only(), on_step=hook)
+    assert seen == [(1, True), (2, True)] and res.steps == 2
+    assert (tmp_path / "run" / "checkpoints" / "step-00000002").exists()

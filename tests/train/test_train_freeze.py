@@ -12,8 +12,8 @@ from conftest import tiny_llama
 
 from agentrft.train import train
 from agentrft.train.config import ConfigError
-from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.session import freeze_bottom
+from agentrft.train.core.metrics import is_timing_key, read_metrics
+from agentrft.train.core.session import freeze_bottom
 
 
 def _nll(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

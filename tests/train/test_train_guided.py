@@ -13,7 +13,7 @@ from agentrft.samplers.base import SampleRequest, SampleResult
 from agentrft.store import Store
 from agentrft.train import train
 from agentrft.train.config import ConfigError
-from agentrft.train.metrics import read_metrics
+from agentrft.train.core.metrics import read_metrics
 
 
 class FakeExpert(F.FakeSampler):

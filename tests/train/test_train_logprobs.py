@@ -4,7 +4,7 @@ import torch
 from conftest import tiny_llama
 
 from agentrft.samplers.distribution import Distribution
-from agentrft.train.logprobs import sampled_logprobs
+from agentrft.train.core.logprobs import sampled_logprobs
 
 
 def _naive(model, ids, attn, mask, temperature=1.0):
@@ -73,7 +73,7 @@ def test_top_k_top_p_logprobs_renormalise_over_the_kept_tokens():
         head.weight.zero_()
         head.bias.copy_(torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)))
     h = torch.zeros(3, 1, dtype=torch.float64)
-    from agentrft.train.logprobs import _chunk_logprobs
+    from agentrft.train.core.logprobs import _chunk_logprobs
 
     targets = torch.tensor([3, 2, 0])
     # top_p 0.6: nucleus {0.4, 0.3} (mass before 0.3 is 0.4 < 0.6; before 0.2 is 0.7); renormalised over 0.7

@@ -12,8 +12,8 @@ import fakes_train as F
 import pytest
 
 from agentrft.train import ConfigError, train
-from agentrft.train.checkpoint import list_checkpoints
-from agentrft.train.metrics import is_timing_key, read_metrics
+from agentrft.train.core.checkpoint import list_checkpoints
+from agentrft.train.core.metrics import is_timing_key, read_metrics
 
 HERE = Path(__file__).parent
 

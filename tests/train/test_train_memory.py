@@ -9,7 +9,7 @@ import torch
 
 from agentrft.memory import peak_rss_mib, trim
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.update import make_optimizer
+from agentrft.train.core.update import make_optimizer
 
 
 def test_peak_rss_is_measured() -> None:

@@ -2,7 +2,7 @@ import pytest
 import torch
 from conftest import fake_trajectory
 
-from agentrft.train.packing import collate, micro_batches, plan_micro_batches, to_sequence
+from agentrft.train.core.packing import collate, micro_batches, plan_micro_batches, to_sequence
 
 
 def test_plan_sorted_budgeted_deterministic():
@@ -49,7 +49,7 @@ def test_micro_batches_cover_all(rng):
 
 
 def test_a_stitched_session_packs_one_sequence_per_segment_with_the_episodes_advantage():
-    from agentrft.train.packing import to_sequences
+    from agentrft.train.core.packing import to_sequences
     from agentrft.types import SegmentBreak, TokenRecord, Trajectory
 
     # segment 0: prompt 3, sampled 2; segment 1: prompt 4, sampled 1, template close 1 (mask 0)

@@ -12,7 +12,7 @@ from agentrft.inputs import InputError
 from agentrft.pairs import Pair
 from agentrft.rollout.agent import to_render
 from agentrft.rollout.formats import make_format
-from agentrft.train.preference_data import check_token_record, encode_pair
+from agentrft.train.data.preference_data import check_token_record, encode_pair
 from agentrft.types import Message, ToolCall, ToolCallFunction
 
 CALL = ToolCall(id="c1", function=ToolCallFunction(name="calculate", arguments='{"expression": "2+2"}'))

@@ -1,6 +1,6 @@
 """The per-step progress line says what the step measured and nothing it did not."""
 
-from agentrft.train.progress import step_line
+from agentrft.train.core.progress import step_line
 
 
 def test_step_line_for_grpo_and_for_sft():

@@ -36,7 +36,7 @@ def test_worker_loads_the_published_weights(tmp_path: Path) -> None:
     import torch
 
     from agentrft.samplers.policies import load_trainable_policy
-    from agentrft.train.ray_rollout import RolloutWorker, trainable_tensors
+    from agentrft.train.rl.ray_rollout import RolloutWorker, trainable_tensors
 
     cfg = build_config({**BASE, "seed": 7}, [])
     worker = RolloutWorker(cfg.model_dump(mode="json"), 0)
@@ -76,7 +76,7 @@ def test_a_dead_worker_is_replaced_and_its_group_played_again() -> None:
 
     from agentrft.envs.registry import make_env
     from agentrft.samplers.policies import load_trainable_policy
-    from agentrft.train.ray_rollout import RayPlayer
+    from agentrft.train.rl.ray_rollout import RayPlayer
 
     cfg = build_config(BASE, [])
     player = RayPlayer(cfg, load_trainable_policy("tiny", seed=cfg.seed).model, version=3)

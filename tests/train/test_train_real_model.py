@@ -16,7 +16,7 @@ import pytest
 from agentrft.precision import bf16_works
 from agentrft.train import train
 from agentrft.train.config import PRESETS, build_config
-from agentrft.train.update import autocast_dtype
+from agentrft.train.core.update import autocast_dtype
 
 
 @pytest.mark.real_model
@@ -61,7 +61,7 @@ def test_the_gap_separates_the_right_distribution_from_the_wrong_one() -> None:
     from agentrft.samplers.base import SampleRequest, SamplingParams
     from agentrft.samplers.distribution import Distribution
     from agentrft.samplers.policies import load_trainable_policy
-    from agentrft.train.logprobs import sampled_logprobs
+    from agentrft.train.core.logprobs import sampled_logprobs
 
     policy = load_trainable_policy("smollm2-135m")
     env = make_env("finqa-lite:1")

@@ -10,7 +10,7 @@ import pytest
 from agentrft.envs.registry import make_env
 from agentrft.samplers.chat_template import TokenizerRenderer
 from agentrft.samplers.policies import smollm2_tokenizer
-from agentrft.train.records import RecordError, learnable_records, render_token_record, token_record_problem
+from agentrft.train.data.records import RecordError, learnable_records, render_token_record, token_record_problem
 from agentrft.types import Message, ToolCall, ToolCallFunction, Trajectory
 
 

@@ -9,7 +9,7 @@ import pytest
 from agentrft.store import Store
 from agentrft.train import ConfigError, train
 from agentrft.train.config import PRESETS, build_config
-from agentrft.train.metrics import is_timing_key, read_metrics
+from agentrft.train.core.metrics import is_timing_key, read_metrics
 
 RS = {
     "method": "rejection_sampling",

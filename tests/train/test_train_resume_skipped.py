@@ -15,8 +15,8 @@ import fakes_train as F
 from agentrft.graders import Sample, Score
 from agentrft.store import Store
 from agentrft.train import train
-from agentrft.train.pipeline import resume_plan
-from agentrft.train.stages import next_tasks
+from agentrft.train.rl.pipeline import resume_plan
+from agentrft.train.rl.stages import next_tasks
 from agentrft.types import Run, TokenRecord, Trajectory
 
 

@@ -14,21 +14,22 @@ from conftest import tiny_llama
 
 from agentrft.inputs import InputError
 from agentrft.pairs import build_pairs, write_pairs
-from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.reward_model import heldout_tasks, train_reward_model
+from agentrft.train.core.metrics import is_timing_key, read_metrics
+from agentrft.train.data.reward_model import heldout_tasks, train_reward_model
 
 
 def _strip(rows):
     return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
 
 
-def _run(run_dir: Path, db: Path, *, stop_after=None, resume=False, **over):
+def _run(run_dir: Path, db: Path, *, stop_after=None, resume=False, on_step=None, **over):
     return train_reward_model(
         R.rm_config(db, **over),
         run_dir,
         resume=resume,
         stop_after=stop_after,
         model_and_tokenizer=(tiny_llama(0, torch.float32), None),
+        on_step=on_step,
     )
 
 
@@ -153,3 +154,14 @@ def test_a_grpo_run_grades_with_a_reward_model(db, tmp_path):
     assert len(trajs) == 12 and all(t.grade is not None and t.grade.grader == "reward_model" for t in trajs)
     scores = [t.grade.metadata["score"] for t in trajs if t.grade is not None]
     assert len(set(scores)) > 1  # episodes differ, so do their scores: a signal for the group advantages
+
+
+def test_the_step_hook_reaches_the_reward_model_and_can_stop_it(db, tmp_path):
+    seen = []
+
+    def hook(step, metrics):
+        seen.append(step)
+        return step == 1
+
+    res = _run(tmp_path / "rm", db, steps=3, on_step=hook)
+    assert seen == [1] and res.steps == 1

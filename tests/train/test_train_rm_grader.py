@@ -37,7 +37,7 @@ def _pair(k: int, j: int) -> Pair:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """RUN_DIR of a 3-step LoRA reward model on `tiny`, from a pairs file rendered through its chat template."""
-    from agentrft.train.reward_model import train_reward_model
+    from agentrft.train.data.reward_model import train_reward_model
 
     root = tmp_path_factory.mktemp("rm")
     write_pairs([_pair(k, j) for k in range(4) for j in range(2)], root / "pairs.jsonl")
@@ -103,12 +103,12 @@ def test_grades_are_sigmoid_of_the_trained_models_score(trained):
     `tiny` base with the trainer's own scoring (`sequence_scores`), against the exported and merged model."""
     from agentrft.samplers.chat_template import TokenizerRenderer
     from agentrft.samplers.policies import load_model_and_tokenizer
-    from agentrft.train.checkpoint import latest_checkpoint
     from agentrft.train.config import load_config
-    from agentrft.train.packing import PackedSequence, collate
-    from agentrft.train.records import render_token_record
-    from agentrft.train.rm_model import RewardModel, sequence_scores
-    from agentrft.train.session import prepare_model
+    from agentrft.train.core.checkpoint import latest_checkpoint
+    from agentrft.train.core.packing import PackedSequence, collate
+    from agentrft.train.core.session import prepare_model
+    from agentrft.train.data.records import render_token_record
+    from agentrft.train.data.rm_model import RewardModel, sequence_scores
 
     g = load_grader({"type": "reward_model", "path": str(trained / "reward_model")})
     traj = _conversation(1, "It is 1. Checked.")

@@ -9,9 +9,9 @@ import torch
 from conftest import VOCAB, tiny_llama
 
 from agentrft.algos.reward_model import bradley_terry_loss
-from agentrft.train.packing import PackedSequence, collate
-from agentrft.train.rm_model import RewardModel, last_loss_index, sequence_scores
-from agentrft.train.shared_prefix import pack_prefix_tree
+from agentrft.train.core.packing import PackedSequence, collate
+from agentrft.train.core.shared_prefix import pack_prefix_tree
+from agentrft.train.data.rm_model import RewardModel, last_loss_index, sequence_scores
 
 
 def _pairs(rng: random.Random, n_pairs: int = 3) -> list[PackedSequence]:

@@ -10,12 +10,12 @@ import torch
 from conftest import VOCAB, tiny_llama
 from test_train_shared_prefix import _assert_grads_close, _batch, _seq, _update
 
-from agentrft.train import segment_attention
-from agentrft.train.algorithm_config import AlgorithmConfig
-from agentrft.train.logprobs import sampled_logprobs
-from agentrft.train.packing import collate, micro_batches
-from agentrft.train.segment_attention import NAME, segmented_attention, suffix_path, use_segment_attention
-from agentrft.train.shared_prefix import (
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core import segment_attention
+from agentrft.train.core.logprobs import sampled_logprobs
+from agentrft.train.core.packing import collate, micro_batches
+from agentrft.train.core.segment_attention import NAME, segmented_attention, suffix_path, use_segment_attention
+from agentrft.train.core.shared_prefix import (
     pack_segment_rows,
     plan_segment_rows,
     segment_row_len,
@@ -176,7 +176,7 @@ def test_layout_choices_are_checked():
 
 def test_bf16_autocast_matches_the_tree_layout(path):
     """Under bf16 autocast (the trainer's CPU default) the segment layout computes what the tree layout does."""
-    from agentrft.train.update import autocast
+    from agentrft.train.core.update import autocast
 
     seqs = _batch(seed=5)
     tree_model, seg_model = tiny_llama(dtype=torch.float32), tiny_llama(dtype=torch.float32)
@@ -197,7 +197,7 @@ def test_bf16_autocast_matches_the_tree_layout(path):
 
 def test_a_model_that_ignores_the_layout_gets_nan_not_a_wrong_answer(monkeypatch):
     """Were the switch undone behind our back, plain SDPA would see the NaN placeholder mask: NaN, not a wrong number."""
-    import agentrft.train.segment_attention as sa
+    import agentrft.train.core.segment_attention as sa
 
     seqs = _batch(seed=6)
     [mb] = shared_prefix_micro_batches(seqs, max_tokens=10_000, row_tokens=10_000, layout="segments")

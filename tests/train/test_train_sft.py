@@ -19,12 +19,12 @@ from agentrft.inputs import InputError
 from agentrft.store import Store
 from agentrft.train import train
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.config_check import check_references
-from agentrft.train.metrics import is_timing_key, read_metrics
-from agentrft.train.packing import PackedSequence, micro_batches
-from agentrft.train.records import RecordError
-from agentrft.train.sft import sft_update
-from agentrft.train.shared_prefix import shared_prefix_micro_batches
+from agentrft.train.config.check import check_references
+from agentrft.train.core.metrics import is_timing_key, read_metrics
+from agentrft.train.core.packing import PackedSequence, micro_batches
+from agentrft.train.core.shared_prefix import shared_prefix_micro_batches
+from agentrft.train.data.records import RecordError
+from agentrft.train.data.sft import sft_update
 from agentrft.types import Grade, Message, TokenRecord, Trajectory
 
 HERE = Path(__file__).parent
@@ -317,7 +317,7 @@ def test_sft_trains_the_policys_own_distribution_the_first_nll_is_the_samplers_l
 
 def test_prompt_groups_key_the_opening_of_the_prompt_not_the_question():
     from agentrft.envs.registry import make_env
-    from agentrft.train.sft import prompt_groups
+    from agentrft.train.data.sft import prompt_groups
 
     env = make_env("finqa-lite:1,2,3")
     tasks = [t for t in env.tasks("train") if t.data["level"] in (2, 3)][::150]  # levels 2, 2, 3, 3

@@ -9,12 +9,12 @@ import torch
 from conftest import VOCAB, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
-from agentrft.train import update as U
-from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.logprobs import sampled_logprobs
-from agentrft.train.packing import PackedSequence, collate, micro_batches
-from agentrft.train.shared_prefix import (
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core import update as U
+from agentrft.train.core.logprobs import sampled_logprobs
+from agentrft.train.core.packing import PackedSequence, collate, micro_batches
+from agentrft.train.core.shared_prefix import (
     pack_prefix_tree,
     packed_row_len,
     plan_rows,

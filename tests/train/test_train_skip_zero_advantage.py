@@ -8,11 +8,11 @@ import torch
 from conftest import fake_trajectory, tiny_llama
 
 from agentrft.samplers.distribution import Distribution
-from agentrft.train import update as U
-from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.packing import micro_batches, to_sequence
-from agentrft.train.stages import skip_zero_advantage
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core import update as U
+from agentrft.train.core.packing import micro_batches, to_sequence
+from agentrft.train.rl.stages import skip_zero_advantage
 
 
 def _trajs(seed: int = 0):

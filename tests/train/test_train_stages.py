@@ -4,8 +4,8 @@ import random
 import pytest
 from conftest import fake_trajectory
 
-from agentrft.train.algorithm_config import AlgorithmConfig
-from agentrft.train.stages import (
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.rl.stages import (
     advantage_stage,
     filter_stage,
     group_trajectories,

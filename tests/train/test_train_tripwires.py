@@ -1,4 +1,4 @@
-"""Reward-hacking tripwires (train/tripwires.py): each detector on metric histories, and a run on a hackable
+"""Reward-hacking tripwires (train/rl/tripwires.py): each detector on metric histories, and a run on a hackable
 grader whose held-out check falls, where the tripwire fires and (action: stop) ends the run at a checkpoint."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from agentrft.graders import Grader, Sample, Score
 from agentrft.graders.registry import LoadOptions, SpecBase, grader_types, register_grader
 from agentrft.train import train
-from agentrft.train.tripwires import Tripwires, TripwiresConfig
+from agentrft.train.rl.tripwires import Tripwires, TripwiresConfig
 
 
 def _run(wires: Tripwires, rows: list[dict[str, float]]) -> list[tuple[int, str]]:
@@ -108,3 +108,19 @@ def test_a_hackable_grader_trips_the_check_and_stop_ends_the_run_at_a_checkpoint
     assert (tmp_path / "checkpoints" / f"step-{fired[0]:08d}").exists()
     events = [json.loads(line) for line in (tmp_path / "tripwires.jsonl").read_text().splitlines()]
     assert events[0]["kind"] == "check_falls" and events[0]["step"] == fired[0]
+
+
+def test_the_demo_recipes_recorded_runs_trip_nothing() -> None:
+    """The demo's three seeds (benchmarks/results/determinism_2026-12-06: real SmolLM2-135M runs of the demo
+    recipe, every step's metrics as logged) replayed through the default tripwires: none fires. The demo has
+    no periodic eval, so the check grader's tripwire has nothing to compare; the others see every step."""
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "determinism_2026-12-06"
+    runs = sorted(results.glob("demo_seed*.metrics.jsonl"))
+    assert len(runs) == 3
+    for path in runs:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert len(rows) == 10 and all("train_distinct_answer_frac" in r for r in rows)
+        assert _run(Tripwires(TripwiresConfig(enabled=True)), rows) == [], path.name
+        # the same detectors do fire on a collapse injected into the same run: the replay is not vacuous
+        collapsed = [dict(r, train_distinct_answer_frac=0.05, train_success_rate=0.1) for r in rows]
+        assert (3, "diversity_collapse") in _run(Tripwires(TripwiresConfig(enabled=True)), collapsed)

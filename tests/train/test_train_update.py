@@ -8,10 +8,10 @@ from conftest import fake_trajectory, tiny_llama
 
 from agentrft.precision import bf16_works
 from agentrft.samplers.distribution import Distribution
-from agentrft.train import update as U
-from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.packing import micro_batches, to_sequence
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core import update as U
+from agentrft.train.core.packing import micro_batches, to_sequence
 
 
 def _seqs(n=8, seed=0):
@@ -92,7 +92,7 @@ def test_lr_schedule():
 def test_bf16_autocast_keeps_fp32_master_weights_and_matches_fp32_closely(shared_prefix, seed):
     """Stated tolerance: one bf16-autocast SGD update is within 2% (relative L2) of the fp32 update, cosine
     > 0.9995 (measured on this tiny model: ~0.4% and 0.99999); the on-policy loss agrees to 1e-6."""
-    from agentrft.train.shared_prefix import shared_prefix_micro_batches
+    from agentrft.train.core.shared_prefix import shared_prefix_micro_batches
 
     seqs = _seqs(seed=seed)
     algo = AlgorithmConfig()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from agentrft.cli.support import fail
-from agentrft.train.presets import PRESETS
+from agentrft.train.config.presets import PRESETS
 
 if TYPE_CHECKING:
     from agentrft.train.config import TrainConfig
@@ -97,7 +97,7 @@ def run_training(
     cfg: TrainConfig, source: str, run_dir: Path | None, resume: bool, allow_config_change: bool, as_json: bool
 ) -> None:
     """Check what ``cfg`` names and the run dir (bad input exits 2 and leaves no trace), train, print the result."""
-    from agentrft.train.config_check import check_references
+    from agentrft.train.config.check import check_references
 
     check_references(cfg, source=source)
     if run_dir is None:
@@ -113,7 +113,7 @@ def run_training(
         raise fail(f"--run-dir {run_dir}: {blocker} is a file, not a directory")
 
     from agentrft.train import train
-    from agentrft.train.checkpoint import latest_checkpoint
+    from agentrft.train.core.checkpoint import latest_checkpoint
 
     if not resume and latest_checkpoint(run_dir / "checkpoints") is not None:
         raise fail(f"{run_dir} already holds checkpoints; pass --resume to continue it, or a new --run-dir")

@@ -44,16 +44,16 @@ METRICS_NAME = "metrics.jsonl"
 _REWARD_KEY = re.compile(r"^((train|valid|eval)_)?reward_mean$")
 _GRADER_KEY = re.compile(r"^(train|valid|eval)_reward/.+$")  # one curve per (sub-)grader
 # success_rate is pass@1 of the step's samples (what the trainer logs); pass@k keys appear when evals log them
-_CHECK_KEY = re.compile(r"^valid_check_reward$")  # train/tripwires.py's check grader at the periodic evals
+_CHECK_KEY = re.compile(r"^valid_check_reward$")  # train/rl/tripwires.py's check grader at the periodic evals
 _PASS_KEY = re.compile(r"^((train|valid|eval)_)?(success_rate|pass(@|\^|_at_|_hat_)\d+)$")
 # the loss every method logs; DPO's and the reward model's pairwise curves (train and held out)
 _LOSS_KEY = re.compile(r"^(loss|rm/heldout_loss)$")
 _PAIRWISE_KEY = re.compile(r"^(rewards/(accuracy|margin)|rm/(heldout_)?(accuracy|margin))$")
-# asynchronous GRPO (train/pipeline.py): utilisation, queue, staleness, weight sync; the off-policy correction
+# asynchronous GRPO (train/rl/pipeline.py): utilisation, queue, staleness, weight sync; the off-policy correction
 _ASYNC_KEY = re.compile(r"^async/(trainer_utilisation|producer_utilisation|queue_groups|staleness/(mean|max))$")
 _SYNC_KEY = re.compile(r"^time/(sync_s|publish_s|wait_s)$")
 _IS_KEY = re.compile(r"^is/(weight_mean|weight_max|truncated_frac|masked_frac)$")
-# the curriculum's mix (train/curriculum.py): draw weight and rolling pass rate per level
+# the curriculum's mix (train/rl/curriculum.py): draw weight and rolling pass rate per level
 _MIX_KEY = re.compile(r"^curriculum/level_\d+_weight$")
 _LEVEL_PASS_KEY = re.compile(r"^curriculum/level_\d+_pass_rate$")
 _MAX_CHARS = 20_000

@@ -72,7 +72,7 @@ PLUGIN_BUILTIN: dict[str, str] = {
     "bfcl": "agentrft.envs.bfcl.grader",
     "finqa_process": "agentrft.envs.finqa.process_grader",
     "reasoning_gym": "agentrft.envs.reasoning_gym.grader",
-    "reward_model": "agentrft.train.rm_grader",
+    "reward_model": "agentrft.train.data.rm_grader",
 }
 
 

@@ -1,6 +1,6 @@
 """What makes a directory a reward model, readable without torch (the grader checks it at load time).
 
-``RUN_DIR/reward_model/`` as `train/reward_model.py` writes it:
+``RUN_DIR/reward_model/`` as `train/data/reward_model.py` writes it:
 
     manifest.json      this module's `FORMAT`; the base policy, the body, the head, the chat template's
                        source, the tool-call format, what the score means, the held-out accuracy

@@ -14,7 +14,7 @@ steps that mattered. One command, one run directory:
    in ``late_levels`` get a second pass from those weights (preset ``agentic-imitation-late``, with
    ``late_replay`` of each earlier level's); held-out evals again (run ``imitation``), so each stage's share
    is visible;
-4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/curriculum.py`)
+4. **RL**: GRPO from the imitated weights with the curriculum over levels 1-4 (`train/rl/curriculum.py`)
    and the outcome plus per-turn process credit (`envs/finqa/process_grader.py`, ``algorithm.turn_level``)
    (preset ``agentic-rl``);
 5. **final** held-out and ``ood`` evals, the per-level table, and the report.

@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrft.envs.registry import shots_of, with_shots
-from agentrft.train.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
-from agentrft.train.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
-from agentrft.train.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
-from agentrft.train.presets import split_passes
+from agentrft.train.config.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
+from agentrft.train.config.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
+from agentrft.train.config.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
+from agentrft.train.config.presets import split_passes
 
 
 class AgenticSettings(BaseModel):
@@ -124,7 +124,7 @@ def agentic_configs(run_dir: Path, settings: AgenticSettings, overrides: list[st
     Checked before any model loads."""
     from agentrft.store import RUN_STORE_NAME
     from agentrft.train.config import PRESETS, ConfigError, build_config
-    from agentrft.train.presets import one_pass
+    from agentrft.train.config.presets import one_pass
 
     def trained_env(preset: str) -> str:
         return f"rollout.env={with_shots(PRESETS[preset]['rollout']['env'], settings.trained_shots)}"

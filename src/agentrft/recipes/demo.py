@@ -159,7 +159,7 @@ def run_demo(
     environment = make_env(cfg.rollout.env)
     if env is not None:  # checked before the policy loads: the evals need held-out tasks the training never sees
         from agentrft.envs.jsonl import JsonlEnv
-        from agentrft.train.config_check import check_references
+        from agentrft.train.config.check import check_references
 
         if isinstance(environment, JsonlEnv) and environment._valid is None:
             raise ConfigError(f"{env}: a jsonl environment's held-out split is its training file; add ?valid=FILE")

@@ -55,7 +55,7 @@ def expert_episodes(env: Environment, tokenizer: Any, split: str, tasks: int) ->
 
 def turn_logprobs(model: Any, traj: Trajectory, dist: Distribution) -> dict[int, float]:
     """log P(turn k) of the trajectory's sampled tokens under ``model`` at ``dist``, per assistant turn."""
-    from agentrft.train.logprobs import sampled_logprobs
+    from agentrft.train.core.logprobs import sampled_logprobs
 
     tokens = traj.tokens
     if tokens is None:

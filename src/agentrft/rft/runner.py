@@ -53,7 +53,7 @@ BASELINE_RUN = "baseline"
 
 def create_job(jobs: JobStore, spec: JobSpec, report: Report) -> Job:
     """A new job (status ``validating``) and the files it runs on; nothing loads. ``report``: `validate_job`'s."""
-    from agentrft.train.resume import CONFIG_NAME
+    from agentrft.train.core.resume import CONFIG_NAME
 
     if not report.ok:
         raise JobError(f"the job has {len(report.problems) + report.more} problems; fix them first")
@@ -86,7 +86,7 @@ def _grader_types(grader: Grader) -> dict[str, str]:
 
 
 def _checkpoint_step(run_dir: Path) -> int:
-    from agentrft.train.checkpoint import latest_checkpoint
+    from agentrft.train.core.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(run_dir / "checkpoints")
     return int(last.name.split("-", 1)[1]) if last is not None else 0
@@ -105,8 +105,8 @@ def run_job(jobs: JobStore, ref: str, *, resume: bool = False, progress: bool = 
 
     Returns the job as it ended; a failure is recorded on the job and raised again."""
     from agentrft.train.config import load_config
+    from agentrft.train.core.resume import CONFIG_NAME
     from agentrft.train.loop import build_components
-    from agentrft.train.resume import CONFIG_NAME
 
     job = jobs.get(ref)
     if resume:
@@ -175,7 +175,7 @@ def _baseline(cfg: TrainConfig, comps: Components, events: EventLog, types: dict
 
     from agentrft.eval.harness import evaluate_async
     from agentrft.samplers.base import SamplingParams
-    from agentrft.train.metrics import eval_metrics
+    from agentrft.train.core.metrics import eval_metrics
 
     store = comps.store
     if store is None:

@@ -106,7 +106,7 @@ class LocalSettings(_Model):
         default=0.7,
         gt=0.0,
         le=2.0,
-        description="sampling temperature of training and validation (0.7: the demo's, see train/presets.py)",
+        description="sampling temperature of training and validation (0.7: the demo's, see train/config/presets.py)",
     )
     max_tokens: int = Field(default=128, ge=1, le=32768, description="sampled tokens per assistant turn")
     tool_format: FormatName = Field(default="xml", description="how tool calls look in the model's text")

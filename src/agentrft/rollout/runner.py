@@ -128,7 +128,7 @@ class Runner:
         self.player = player
         self.seed = seed
         self.prefix = prefix  # every episode continues this recorded one from its turn (`rollout.replay`)
-        # or per task: a task's episodes continue its own recorded one (`train/branches.py`)
+        # or per task: a task's episodes continue its own recorded one (`train/rl/branches.py`)
         self.prefixes: Mapping[str, EpisodePrefix] = {}
         # metadata every episode of the following runs carries from the moment it is stored (a training loop
         # sets {"step": N}: a resumed run tells the steps it keeps from those it redoes by it)

@@ -8,7 +8,7 @@
   1.8x at two slots per row and 4x at one (`benchmarks/long_episodes.py`). Transformers' own ``pack_gqa`` does this
   for a single query only, and not when grouped-query SDPA is forced (`hf.enable_sdpa_gqa`).
 * **A layout** a caller hands a forward as the keyword ``agentrft_layout`` (anything with ``attend``): the trainer's
-  shared-prefix segment layout (`train/segment_attention.py`) computes the attention itself.
+  shared-prefix segment layout (`train/core/segment_attention.py`) computes the attention itself.
 * **A shared head** a caller hands a forward as the keyword ``agentrft_head`` (anything with ``layers``: per layer
   the keys and values ``(1, K, P, D)`` of P positions every batch row sees before its own): the engine's decode
   steps (`samplers/shared_head.py`), where the rows of a batch share a long prompt prefix that is stored once.

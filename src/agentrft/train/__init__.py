@@ -1,9 +1,11 @@
-"""Training: the GRPO/DAPO loop and its parts (config, packing, log-probs, update, checkpoints, metrics).
+"""Training: one driver, `train()` (`loop.py`), for every method, on one training core.
 
-Public API: ``train(config, run_dir, *, resume=False) -> TrainResult`` and the config
-models (``TrainConfig``, ``load_config``, ``PRESETS``). Each is imported on first use: the loop (and
-with it torch) so that reading and checking a config stays fast, the config models (pydantic) so that
-importing a light submodule (``agentrft.train.presets`` for the CLI's help) costs nothing more.
+Sub-packages: `core` (session, update, log-probs, packing, checkpoints, resume, metrics), `rl` (GRPO/DAPO
+steps, task sources, the asynchronous pipeline, Ray workers, tripwires), `data` (learning from recorded
+trajectories: selection, SFT, rejection sampling, DPO, the reward model), `config` (the config models and
+presets). Public API: ``train(config, run_dir, *, resume=False) -> TrainResult`` and the config models
+(``TrainConfig``, ``load_config``, ``PRESETS``), each imported on first use: the loop (and with it torch) so
+that reading and checking a config stays fast.
 """
 
 from __future__ import annotations

@@ -32,12 +32,14 @@ from agentrft.inputs import InputError
 from agentrft.memory import trim
 from agentrft.samplers.base import SamplingParams, TokenSampler, TrainablePolicy
 from agentrft.store import RUN_STORE_NAME, Store
-from agentrft.train.branches import BranchSource
 from agentrft.train.config import TrainConfig
-from agentrft.train.curriculum import TaskSource, task_source
+from agentrft.train.core.metrics import eval_metrics
+from agentrft.train.core.session import Session, StepFn, StepHook, check_run_dir, seed_everything
+from agentrft.train.core.update import policy_update
 from agentrft.train.data import select_trajectories
-from agentrft.train.metrics import eval_metrics
-from agentrft.train.pipeline import (
+from agentrft.train.rl.branches import BranchSource
+from agentrft.train.rl.curriculum import TaskSource, task_source
+from agentrft.train.rl.pipeline import (
     InProcessPlayer,
     Player,
     Producer,
@@ -47,8 +49,7 @@ from agentrft.train.pipeline import (
     resume_plan,
     step_metrics,
 )
-from agentrft.train.session import Session, StepFn, StepHook, check_run_dir, seed_everything
-from agentrft.train.stages import (
+from agentrft.train.rl.stages import (
     advantage_stage,
     collect_stage,
     command_agent,
@@ -56,7 +57,6 @@ from agentrft.train.stages import (
     skip_zero_advantage,
     train_runner,
 )
-from agentrft.train.update import policy_update
 from agentrft.types import Trajectory
 
 
@@ -181,14 +181,14 @@ def train(
     on_step: StepHook | None = None,
 ) -> TrainResult:
     """Train for ``cfg.steps`` optimizer steps (``stop_after``: return after that step, as an interruption
-    would; ``on_step(step, metrics)``: called after each logged step, True stops there with a checkpoint,
-    GRPO, SFT and rejection sampling only). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
+    would; ``on_step(step, metrics)``: called after each logged step of every method, True stops there with a
+    checkpoint). ``progress``: a live bar on a terminal, else one line per step on stderr. ``resume`` continues
     ``run_dir`` from its latest checkpoint with the config it was started with (see `resume.py`).
-    ``cfg.method`` picks the method: DPO and the reward model run their own step functions (train/dpo.py,
-    train/reward_model.py); GRPO, SFT and rejection sampling are dispatched below. A method that learns
+    ``cfg.method`` picks the method: DPO and the reward model run their own step functions (train/data/dpo.py,
+    train/data/reward_model.py); GRPO, SFT and rejection sampling are dispatched below. A method that learns
     from recorded trajectories selects them before anything is written."""
     if cfg.method == "dpo":
-        from agentrft.train.dpo import train_dpo
+        from agentrft.train.data.dpo import train_dpo
 
         policy = components.sampler if components is not None else None
         return train_dpo(
@@ -199,9 +199,10 @@ def train(
             stop_after=stop_after,
             progress=progress,
             allow_config_change=allow_config_change,
+            on_step=on_step,
         )
     if cfg.method == "reward_model":
-        from agentrft.train.reward_model import train_reward_model
+        from agentrft.train.data.reward_model import train_reward_model
 
         given = (components.sampler.model, components.sampler.tokenizer) if components is not None else None
         return train_reward_model(
@@ -212,6 +213,7 @@ def train(
             stop_after=stop_after,
             progress=progress,
             allow_config_change=allow_config_change,
+            on_step=on_step,
         )
     run_dir = Path(run_dir)
     last = check_run_dir(run_dir, cfg, resume=resume, allow_config_change=allow_config_change)
@@ -233,7 +235,7 @@ def train(
         )
     data = None
     if selected is not None:  # token records checked, or rendered, before the session writes anything
-        from agentrft.train.sft import sft_data
+        from agentrft.train.data.sft import sft_data
 
         data = sft_data(cfg, *selected, policy, comps.env.tool_schemas())
     ref_model = None  # the initial weights, before any checkpoint is loaded (LoRA: the adapter disabled)
@@ -254,13 +256,13 @@ def train(
     try:
         evaluate = periodic_eval(cfg, comps, session)
         if cfg.method == "sft":
-            from agentrft.train.sft import note_data, sft_step
+            from agentrft.train.data.sft import note_data, sft_step
 
             assert data is not None
             note_data(comps.store, session.run_id, data, cfg.data.source)
             step_fn = sft_step(cfg, policy, session, data, evaluate)
         elif cfg.method == "rejection_sampling":
-            from agentrft.train.rejection import rejection_sampling_step
+            from agentrft.train.data.rejection import rejection_sampling_step
 
             step_fn = rejection_sampling_step(cfg, comps.env, policy, comps.grader, comps.store, session, evaluate)
         elif cfg.async_.max_staleness or cfg.ray.on:
@@ -284,9 +286,9 @@ def train(
 def _with_tripwires(
     cfg: TrainConfig, run_dir: Path, session: Session, step_fn: StepFn, on_step: StepHook | None
 ) -> tuple[StepFn, StepHook]:
-    """``step_fn`` with the tripwires' metrics added to each step's (`train/tripwires.py`), and ``on_step``
+    """``step_fn`` with the tripwires' metrics added to each step's (`train/rl/tripwires.py`), and ``on_step``
     asking the session to stop (after that step's checkpoint) once a tripwire fires under ``action: stop``."""
-    from agentrft.train.tripwires import Tripwires
+    from agentrft.train.rl.tripwires import Tripwires
 
     wires = Tripwires(cfg.tripwires, run_dir)
     for past in session.history:  # a resumed run's detectors see the steps before
@@ -315,7 +317,7 @@ def _grpo_step(
     r = cfg.rollout
     runner = train_runner(cfg, comps.env, policy, comps.store)
     source: TaskSource
-    if r.branch is not None:  # groups continue recorded episodes from a turn (train/branches.py)
+    if r.branch is not None:  # groups continue recorded episodes from a turn (train/rl/branches.py)
         with Store.open_existing(r.branch.db) as parents:
             source = BranchSource.from_store(r.branch, parents, tasks, cfg.seed, comps.env.tool_schema_hash())
         runner.prefixes = source.prefixes()
@@ -331,7 +333,7 @@ def _grpo_step(
         model.eval()  # sampling: no dropout
         for r in (runner, expert):
             if r is not None:
-                r.tags["step"] = step  # what a resume keeps (train/resume.py)
+                r.tags["step"] = step  # what a resume keeps (train/core/resume.py)
         groups, state.cursor, metrics = collect_stage(
             cfg, runner, source, state.cursor, session.run_id, state.policy_version, comps.grader, comps.store, expert
         )
@@ -339,23 +341,38 @@ def _grpo_step(
         if curriculum is not None:  # checkpointed with the cursor: a resumed run draws the same
             state.extra["curriculum"] = curriculum
         trim()  # the rollout's KV caches were freed in the engine thread's arena
-        trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
-        metrics.update(adv_metrics)
-        computed, computed_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
-        batches = pack_stage(computed, computed_adv, cfg, pad_id)
-        t0 = time.perf_counter()
-        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model, skipped))
+        trajs, update_metrics = grpo_update(cfg, policy, session, groups, ref_model, pad_id)
+        metrics.update(update_metrics)
         if comps.store is not None:
             comps.store.update_metadata({t.id: {"trained_step": step} for t in trajs})
         model.eval()
         trim()
-        metrics["time/training_s"] = time.perf_counter() - t0
-        metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
         metrics["sampling_tokens_per_s"] = metrics["train_sampled_tokens"] / max(metrics["time/sampling_s"], 1e-9)
         metrics.update(evaluate(step))
         return metrics
 
     return step_fn
+
+
+def grpo_update(
+    cfg: TrainConfig,
+    policy: TrainablePolicy,
+    session: Session,
+    groups: list[list[Trajectory]],
+    ref_model: Any,
+    pad_id: int,
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """The GRPO update both loops share (synchronous and asynchronous): advantages -> (skip the
+    zero-advantage trajectories) -> pack -> update -> sync. Returns the trajectories it trained and its
+    metrics (``time/training_s``: the update and the sync)."""
+    trajs, per_token, metrics = advantage_stage(groups, cfg.algorithm)
+    computed, computed_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
+    batches = pack_stage(computed, computed_adv, cfg, pad_id)
+    t0 = time.perf_counter()
+    metrics.update(update_and_sync(cfg, policy, session, batches, ref_model, skipped))
+    metrics["time/training_s"] = time.perf_counter() - t0
+    metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
+    return trajs, metrics
 
 
 def update_and_sync(
@@ -417,7 +434,7 @@ def _start_producer(cfg: TrainConfig, comps: Components, session: Session, *, re
     comps.sampler.reseed(cfg.seed * 1_000_003 + state.step)
     player: Player
     if cfg.ray.on:
-        from agentrft.train.ray_rollout import RayPlayer
+        from agentrft.train.rl.ray_rollout import RayPlayer
 
         player = RayPlayer(cfg, session.model, version=state.policy_version)
     else:
@@ -445,7 +462,7 @@ def _async_grpo_step(
     evaluate: Callable[[int], dict[str, float]],
     producer: Producer,
 ) -> StepFn:
-    """One asynchronous GRPO step (train/pipeline.py): take the oldest finished groups -> check staleness ->
+    """One asynchronous GRPO step (train/rl/pipeline.py): take the oldest finished groups -> check staleness ->
     advantages -> pack -> update with off-policy correction -> sync -> publish -> (eval); the producer keeps
     sampling meanwhile, within ``async.max_staleness``."""
     policy, state, model, store = comps.sampler, session.state, session.model, comps.store
@@ -458,12 +475,8 @@ def _async_grpo_step(
         groups, staleness, dropped = check_staleness(slots, state.policy_version, k)
         metrics.update(step_metrics(slots, staleness, k))
         metrics["async/dropped_stale"] = float(len(dropped))
-        trajs, per_token, adv_metrics = advantage_stage(groups, cfg.algorithm)
-        metrics.update(adv_metrics)
-        computed, computed_adv, skipped = skip_zero_advantage(trajs, per_token, cfg.algorithm)
-        batches = pack_stage(computed, computed_adv, cfg, pad_id)
-        t0 = time.perf_counter()
-        metrics.update(update_and_sync(cfg, policy, session, batches, ref_model, skipped))
+        trajs, update_metrics = grpo_update(cfg, policy, session, groups, ref_model, pad_id)
+        metrics.update(update_metrics)
         t_pub = time.perf_counter()
         producer.publish(state.policy_version)  # Ray: the trainable tensors to every worker
         metrics["time/publish_s"] = time.perf_counter() - t_pub
@@ -473,8 +486,6 @@ def _async_grpo_step(
             marks: dict[str, dict[str, Any]] = {t.id: {"trained_step": step} for t in trajs}
             marks.update({tid: {"dropped": why} for tid, why in dropped.items()})
             store.update_metadata(marks)
-        metrics["time/training_s"] = time.perf_counter() - t0
-        metrics["train_tokens_per_s"] = metrics.get("train_tokens", 0.0) / max(metrics["time/training_s"], 1e-9)
         metrics.update(evaluate(step))
         metrics["async/trainer_utilisation"] = metrics["time/training_s"] / max(time.perf_counter() - t_step, 1e-9)
         return metrics

@@ -178,7 +178,7 @@ def test_a_users_env_trains_two_grpo_steps_with_the_tiny_policy(on_path: None, t
     from agentrft.store import Store
     from agentrft.train import train
     from agentrft.train.config import build_config
-    from agentrft.train.metrics import read_metrics
+    from agentrft.train.core.metrics import read_metrics
 
     cfg = build_config(
         {

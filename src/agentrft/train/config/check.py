@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from agentrft.inputs import InputError
 from agentrft.store.errors import StoreError
 from agentrft.train.config import ConfigError, TrainConfig
-from agentrft.train.method_config import DATA_METHODS
+from agentrft.train.config.method import DATA_METHODS
 
 if TYPE_CHECKING:
     from agentrft.envs.base import Environment
@@ -51,9 +51,14 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
             load_grader(cfg.tripwires.check_grader)
         except InputError as exc:
             raise refuse("tripwires.check_grader", str(exc)) from None
+    if cfg.optimizer.weights == "bf16":
+        import importlib.util
+
+        if importlib.util.find_spec("torchao") is None:
+            raise refuse("optimizer.weights", "bf16 needs torchao's AdamW: pip install 'agentrft[lowmem]'")
     if cfg.rollout.branch is not None:
         from agentrft.store import Store
-        from agentrft.train.branches import BranchSource
+        from agentrft.train.rl.branches import BranchSource
 
         try:
             with Store.open_existing(cfg.rollout.branch.db) as store:
@@ -76,7 +81,7 @@ def _check_data(cfg: TrainConfig, tool_schemas: list[dict[str, Any]], source: st
     from agentrft.samplers.chat_template import TokenizerRenderer
     from agentrft.samplers.policies import PolicyError, load_tokenizer
     from agentrft.train.data import select_trajectories
-    from agentrft.train.records import learnable_records
+    from agentrft.train.data.records import learnable_records
 
     if cfg.data.source is None:
         raise ConfigError(

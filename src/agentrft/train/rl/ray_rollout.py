@@ -39,8 +39,8 @@ class RolloutWorker:
         from agentrft.envs.registry import make_env
         from agentrft.graders.registry import load_grader
         from agentrft.samplers.policies import load_trainable_policy
-        from agentrft.train.session import prepare_model
-        from agentrft.train.stages import train_runner
+        from agentrft.train.core.session import prepare_model
+        from agentrft.train.rl.stages import train_runner
 
         cfg = TrainConfig.model_validate(config)
         torch.set_num_threads(max(1, int(cfg.ray.worker_cpus)))

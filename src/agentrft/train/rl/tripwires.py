@@ -32,13 +32,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from agentrft.train.method_config import _Cfg
+from agentrft.train.config.method import _Cfg
 
 log = logging.getLogger("agentrft.train")
 
 
 class TripwiresConfig(_Cfg):
-    enabled: bool = Field(default=False, description="watch the run for signs of reward hacking (train/tripwires.py)")
+    enabled: bool = Field(
+        default=False, description="watch the run for signs of reward hacking (train/rl/tripwires.py)"
+    )
     check_grader: dict[str, Any] | None = Field(
         default=None,
         description="a gold grader, other than the training one, scored on the eval set at every periodic eval "

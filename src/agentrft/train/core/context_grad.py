@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agentrft.train.segment_attention import Segments, segment_forward, segmented_attention
+from agentrft.train.core.segment_attention import Segments, segment_forward, segmented_attention
 
 
 @dataclass

@@ -7,7 +7,7 @@ step's groups start there instead: a parent episode is rebuilt token-exactly up 
 (`rollout.replay.prefix_of`: the tool results it saw are replayed from the record), the current policy
 samples ``group_size`` continuations from that point, they are graded, and GRPO normalises them within their
 group. Only the continuations train: a branch's turns before T are its parent's samples, and the packer
-leaves them out of the loss (`train/packing.py`).
+leaves them out of the loss (`train/core/packing.py`).
 
 Where to branch (``rollout.branch.turn``): a turn index; ``last``, the parent's last sampled turn;
 ``after_tool_error``, the turn after the first tool call that returned an error, where a policy that can
@@ -27,8 +27,8 @@ from agentrft.inputs import InputError
 from agentrft.rollout.agent import EpisodePrefix
 from agentrft.rollout.replay import prefix_of
 from agentrft.store import Store
-from agentrft.train.rollout_config import BranchConfig
-from agentrft.train.stages import next_tasks
+from agentrft.train.config.rollout import BranchConfig
+from agentrft.train.rl.stages import next_tasks
 from agentrft.types import Task, ToolCallEvent, Trajectory
 
 

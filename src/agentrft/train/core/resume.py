@@ -77,7 +77,7 @@ def open_run(
             Run(id=run_id, name=run_dir.name, kind="train", config=cfg.model_dump(mode="json"), status="incomplete")
         )
         return
-    # an asynchronous run keeps its trajectories: the pipeline puts back or marks each (train/pipeline.py)
+    # an asynchronous run keeps its trajectories: the pipeline puts back or marks each (train/rl/pipeline.py)
     removed = store.rewind_run(
         run_id, policy_version=policy_version, step=step, trajectories=not cfg.async_.max_staleness
     )

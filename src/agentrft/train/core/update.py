@@ -28,11 +28,11 @@ from agentrft.algos import aggregate, clipped_pg_loss
 from agentrft.memory import trim
 from agentrft.precision import resolve
 from agentrft.samplers.distribution import Distribution
-from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.config import OptimizerConfig
-from agentrft.train.logprobs import sampled_logprobs
-from agentrft.train.packing import MicroBatch
-from agentrft.train.shared_prefix import shared_prefix_logprobs
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core.logprobs import sampled_logprobs
+from agentrft.train.core.packing import MicroBatch
+from agentrft.train.core.shared_prefix import shared_prefix_logprobs
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
@@ -54,8 +54,13 @@ def autocast(dtype: torch.dtype | None) -> Iterator[None]:
 def make_optimizer(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.optim.Optimizer:
     """AdamW with fp32 states. Fused where torch has a fused kernel for the parameters' device: one pass
     per tensor and no temporaries, where the default multi-tensor ("foreach") step allocates scratch
-    copies the size of all parameters together (+540 MB at 135M parameters)."""
+    copies the size of all parameters together (+540 MB at 135M parameters). ``opt.weights == "bf16"``:
+    torchao's AdamW on bf16 parameters with bf16 states and stochastic rounding of each update."""
     kwargs: dict[str, Any] = {"lr": opt.lr, "betas": opt.betas, "weight_decay": opt.weight_decay}
+    if opt.weights == "bf16":
+        from torchao.optim import _AdamW  # the optimizer behind AdamW8bit/4bit, here with bf16 states
+
+        return _AdamW(params, bf16_stochastic_round=True, **kwargs)  # type: ignore[no-any-return]
     try:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device or dtype without the fused kernel

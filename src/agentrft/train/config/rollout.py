@@ -1,6 +1,6 @@
 """The rollout's sections of the training config: what is sampled (`RolloutConfig`), how tasks are drawn
 across levels (`CurriculumConfig`), asynchronous rollouts (`AsyncConfig`) and Ray workers (`RayConfig`).
-Collected into `TrainConfig` by `train/config.py`, which loads and validates the whole."""
+Collected into `TrainConfig` by `train/config/__init__.py`, which loads and validates the whole."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agentrft.rollout.formats import FormatName
-from agentrft.train.method_config import _Cfg
+from agentrft.train.config.method import _Cfg
 
 
 class CurriculumConfig(_Cfg):
-    """Tasks drawn across levels (`task.data["level"]`) by the measured pass rate (train/curriculum.py); grpo only."""
+    """Tasks drawn across levels (`task.data["level"]`) by the measured pass rate (train/rl/curriculum.py); grpo only."""
 
     enabled: bool = False
     window: int = Field(default=32, ge=1, description="episodes of a level in its rolling pass rate")
@@ -58,7 +58,7 @@ class CurriculumConfig(_Cfg):
 
 
 class BranchConfig(_Cfg):
-    """Train from branches of recorded episodes (train/branches.py): each step's groups are K continuations of
+    """Train from branches of recorded episodes (train/rl/branches.py): each step's groups are K continuations of
     the current policy from turn T of stored episodes (tool results replayed from the record), not fresh
     episodes from the prompt."""
 
@@ -100,17 +100,17 @@ class RolloutConfig(_Cfg):
         ge=0,
         description="guided groups: this many of each group's group_size episodes are the environment's expert "
         "(Environment.expert()) playing the task through the same loop, graded and trained with the policy's "
-        "(train/stages.py); 0 = none",
+        "(train/rl/stages.py); 0 = none",
     )
     branch: BranchConfig | None = Field(
         default=None,
-        description="train on branches of a stored run's episodes from a chosen turn (train/branches.py) "
+        description="train on branches of a stored run's episodes from a chosen turn (train/rl/branches.py) "
         "instead of episodes from the prompt; None = fresh episodes",
     )
 
 
 class AsyncConfig(_Cfg):
-    """Asynchronous RL (train/pipeline.py): rollouts keep going with the newest weights while the trainer updates."""
+    """Asynchronous RL (train/rl/pipeline.py): rollouts keep going with the newest weights while the trainer updates."""
 
     max_staleness: int = Field(
         default=0,
@@ -127,7 +127,7 @@ class AsyncConfig(_Cfg):
 
 
 class RayConfig(_Cfg):
-    """Rollout workers as Ray actors (train/ray_rollout.py; ``pip install agentrft[ray]``)."""
+    """Rollout workers as Ray actors (train/rl/ray_rollout.py; ``pip install agentrft[ray]``)."""
 
     enabled: bool = Field(default=False, description="play groups on Ray actors (`agentrft train --ray`)")
     address: str | None = Field(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from agentrft.train.method_config import _Cfg
+from agentrft.train.config.method import _Cfg
 
 
 class OverlongConfig(_Cfg):

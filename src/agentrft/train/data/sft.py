@@ -34,11 +34,11 @@ from agentrft.samplers.base import TrainablePolicy
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import Store
 from agentrft.train.config import OptimizerConfig, TrainConfig
-from agentrft.train.packing import MicroBatch
-from agentrft.train.records import learnable_records
-from agentrft.train.session import Session, StepFn
-from agentrft.train.stages import next_tasks, pack_stage
-from agentrft.train.update import autocast, batch_logprobs, batch_stats, optimizer_steps, step_counts
+from agentrft.train.core.packing import MicroBatch
+from agentrft.train.core.session import Session, StepFn
+from agentrft.train.core.update import autocast, batch_logprobs, batch_stats, optimizer_steps, step_counts
+from agentrft.train.data.records import learnable_records
+from agentrft.train.rl.stages import next_tasks, pack_stage
 from agentrft.types import Trajectory
 
 Evaluate = Callable[[int], dict[str, float]]  # step -> valid_ metrics when a periodic eval is due, else {}

@@ -42,9 +42,10 @@ from agentrft.pairs import Pair, write_pairs
 from agentrft.samplers.chat_template import TokenizerRenderer
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import TrainConfig
-from agentrft.train.loop import TrainResult
-from agentrft.train.packing import MicroBatch
-from agentrft.train.preference_data import (
+from agentrft.train.core.packing import MicroBatch
+from agentrft.train.core.session import Session, StepFn, StepHook, check_run_dir, seed_everything
+from agentrft.train.core.update import autocast, batch_stats, optimizer_steps
+from agentrft.train.data.preference_data import (
     PairTokens,
     check_vocab,
     encode_pair,
@@ -52,10 +53,9 @@ from agentrft.train.preference_data import (
     pack_pairs,
     pair_sides,
 )
-from agentrft.train.rm_model import RewardModel, save_reward_model, sequence_scores
-from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
-from agentrft.train.stages import next_tasks
-from agentrft.train.update import autocast, batch_stats, optimizer_steps
+from agentrft.train.data.rm_model import RewardModel, save_reward_model, sequence_scores
+from agentrft.train.loop import TrainResult
+from agentrft.train.rl.stages import next_tasks
 
 PAIRS_NAME = "pairs.jsonl"
 EXPORT_NAME = "reward_model"
@@ -171,6 +171,7 @@ def train_reward_model(
     stop_after: int | None = None,
     progress: bool = False,
     allow_config_change: bool = False,
+    on_step: StepHook | None = None,
 ) -> TrainResult:
     """Train ``cfg.steps`` reward-model steps (``method: reward_model``); arguments as `loop.train`.
     ``model_and_tokenizer``: a loaded causal LM and its tokenizer (tests, embedding), else ``cfg.policy.name``
@@ -244,7 +245,7 @@ def train_reward_model(
                 )
                 return save_reward_model(rm, tok, run_dir / EXPORT_NAME, manifest)
 
-            session.run(step_fn, progress=progress, stop_after=stop_after)
+            session.run(step_fn, progress=progress, stop_after=stop_after, on_step=on_step)
             session.finish(tokenizer, export=export)
         finally:
             session.close()

@@ -38,11 +38,11 @@ import torch
 from torch import Tensor
 
 from agentrft.samplers.distribution import Distribution
-from agentrft.train.context_grad import gradient_columns, stop_context_hidden
-from agentrft.train.logprobs import _body_and_head, head_logprobs
-from agentrft.train.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
-from agentrft.train.segment_attention import NAME as SEGMENT_ATTENTION
-from agentrft.train.segment_attention import Segments, segment_forward
+from agentrft.train.core.context_grad import gradient_columns, stop_context_hidden
+from agentrft.train.core.logprobs import _body_and_head, head_logprobs
+from agentrft.train.core.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
+from agentrft.train.core.segment_attention import NAME as SEGMENT_ATTENTION
+from agentrft.train.core.segment_attention import Segments, segment_forward
 
 
 @dataclass

@@ -25,7 +25,7 @@ from torch import Tensor
 from agentrft.types import Trajectory
 
 if TYPE_CHECKING:
-    from agentrft.train.shared_prefix import PrefixTreeRows
+    from agentrft.train.core.shared_prefix import PrefixTreeRows
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class MicroBatch:
 
 def to_sequence(index: int, traj: Trajectory, token_advantages: Sequence[float]) -> PackedSequence:
     """A `PackedSequence` from a trajectory with a token record; the first token is never trained on, nor a
-    branch's turns before ``metadata.branch_turn`` (its parent's samples, not this policy's: train/branches.py)."""
+    branch's turns before ``metadata.branch_turn`` (its parent's samples, not this policy's: train/rl/branches.py)."""
     tok = traj.tokens
     if tok is None:
         raise ValueError(f"trajectory {traj.id} has no token record (eval-only sampler); it cannot be trained on")

@@ -30,12 +30,18 @@ import torch
 from agentrft.memory import peak_rss_mib
 from agentrft.precision import bf16_native, resolve
 from agentrft.store import Store
-from agentrft.train.checkpoint import TrainerState, export_policy, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrft.train.config import PolicyConfig, TrainConfig
-from agentrft.train.metrics import MetricsLogger
-from agentrft.train.progress import StepProgress
-from agentrft.train.resume import CONFIG_NAME, check_resumed_config, close_run, open_run
-from agentrft.train.update import autocast_dtype, lr_lambda, make_optimizer
+from agentrft.train.core.checkpoint import (
+    TrainerState,
+    export_policy,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from agentrft.train.core.metrics import MetricsLogger
+from agentrft.train.core.progress import StepProgress
+from agentrft.train.core.resume import CONFIG_NAME, check_resumed_config, close_run, open_run
+from agentrft.train.core.update import autocast_dtype, lr_lambda, make_optimizer
 
 StepFn = Callable[[int], dict[str, float]]
 # Called after each logged step with (step, metrics); True stops the run there, after a checkpoint
@@ -140,8 +146,10 @@ class Session:
         and are checkpointed, with the model's."""
         cfg.save(run_dir / CONFIG_NAME)
         model = prepare_model(base_model, cfg.policy)
+        if cfg.optimizer.weights == "bf16":  # no fp32 master: the weights the sampler shares become bf16 too
+            model.to(torch.bfloat16)
         if cfg.optimizer.shared_prefix and cfg.optimizer.shared_prefix_layout == "segments":
-            from agentrft.train.segment_attention import use_segment_attention
+            from agentrft.train.core.segment_attention import use_segment_attention
 
             use_segment_attention(base_model)  # once, before any update: a model that cannot take it fails here
         if wrap is not None:

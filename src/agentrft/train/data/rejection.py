@@ -27,12 +27,12 @@ from agentrft.memory import trim
 from agentrft.samplers.base import TrainablePolicy
 from agentrft.store import Store
 from agentrft.train.config import TrainConfig
+from agentrft.train.core.metrics import rollout_metrics
+from agentrft.train.core.session import Session, StepFn
 from agentrft.train.data import filter_trajectories
-from agentrft.train.metrics import rollout_metrics
-from agentrft.train.records import learnable_records
-from agentrft.train.session import Session, StepFn
-from agentrft.train.sft import Evaluate, train_stage
-from agentrft.train.stages import grade_stage, next_tasks, rollout_stage, train_runner
+from agentrft.train.data.records import learnable_records
+from agentrft.train.data.sft import Evaluate, train_stage
+from agentrft.train.rl.stages import grade_stage, next_tasks, rollout_stage, train_runner
 from agentrft.types import Trajectory
 
 POOL, POOL_CURSOR = "rejection_pool", "rejection_pool_cursor"  # keys of state.extra
@@ -59,7 +59,7 @@ def rejection_sampling_step(
 
     def collect(step: int) -> dict[str, float]:
         policy.reseed(cfg.seed * 1_000_003 + step)  # sampling does not depend on this process's history
-        runner.tags["step"] = step  # what a resume keeps (train/resume.py)
+        runner.tags["step"] = step  # what a resume keeps (train/core/resume.py)
         session.model.eval()
         batch = next_tasks(tasks, state.cursor, rs.tasks_per_round, cfg.seed)
         state.cursor += len(batch)

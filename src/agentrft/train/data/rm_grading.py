@@ -1,4 +1,4 @@
-"""Scoring behind the `reward_model` grader (train/rm_grader.py, which imports this on first use).
+"""Scoring behind the `reward_model` grader (train/data/rm_grader.py, which imports this on first use).
 
 What is scored, and where the score is read, follows the training data exactly: a token record
 as recorded, read at its last sampled token; messages through the model's chat template by
@@ -22,7 +22,7 @@ from agentrft.graders.rm_manifest import MANIFEST_NAME
 from agentrft.inputs import InputError
 from agentrft.openai_rows import parse_messages
 from agentrft.pairs import split_prompt
-from agentrft.train.rm_model import LoadedRewardModel, load_reward_model
+from agentrft.train.data.rm_model import LoadedRewardModel, load_reward_model
 from agentrft.types import Message, Trajectory
 
 _LOCK = threading.Lock()
@@ -42,7 +42,7 @@ def cached_reward_model(path: Path) -> LoadedRewardModel:
 def _render(loaded: LoadedRewardModel, prompt: list[Message], continuation: list[Message]) -> tuple[list[int], int]:
     """Token ids of ``prompt + continuation`` through the model's chat template and the index to read."""
     from agentrft.samplers.chat_template import TokenizerRenderer
-    from agentrft.train.records import render_token_record
+    from agentrft.train.data.records import render_token_record
 
     tok = loaded.tokenizer
     if tok is None:

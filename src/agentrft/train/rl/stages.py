@@ -35,14 +35,14 @@ from agentrft.rollout.runner import Runner
 from agentrft.rollout.serve_request import ServeLimits
 from agentrft.samplers.base import SamplingParams, TokenSampler
 from agentrft.store import Store
-from agentrft.train.algorithm_config import AlgorithmConfig
 from agentrft.train.config import TrainConfig
-from agentrft.train.metrics import rollout_metrics
-from agentrft.train.packing import MicroBatch, PackedSequence, micro_batches, to_sequences
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.core.metrics import rollout_metrics
+from agentrft.train.core.packing import MicroBatch, PackedSequence, micro_batches, to_sequences
 from agentrft.types import Task, Trajectory
 
 if TYPE_CHECKING:
-    from agentrft.train.curriculum import TaskSource
+    from agentrft.train.rl.curriculum import TaskSource
 
 T = TypeVar("T")
 MIN_GROUP = 2  # a group statistic (mean, std, leave-one-out) needs at least two healthy members
@@ -259,7 +259,7 @@ def collect_stage(
     expert: Runner | None = None,
 ) -> tuple[list[list[Trajectory]], int, dict[str, float]]:
     """rollout -> grade -> filter, repeated while dynamic sampling still wants groups (capped rounds). Tasks
-    come from ``source`` (`train/curriculum.py`), which sees every graded policy episode before the next round
+    come from ``source`` (`train/rl/curriculum.py`), which sees every graded policy episode before the next round
     draws; with ``rollout.expert_per_group``, `expert` plays that many of each group (`guided_rollout_stage`).
 
     Returns (groups to train on, new task cursor, metrics incl. sampling/grading seconds and exclusions).
@@ -419,7 +419,7 @@ def pack_stage(
             seqs += to_sequences(len(seqs), t, a)  # a stitched session's segments: one sequence each
     o = cfg.optimizer
     if o.shared_prefix:
-        from agentrft.train.shared_prefix import shared_prefix_micro_batches
+        from agentrft.train.core.shared_prefix import shared_prefix_micro_batches
 
         return shared_prefix_micro_batches(
             seqs,

@@ -6,10 +6,10 @@ overrides are parsed as YAML scalars (``3`` int, ``1e-5`` float, ``true`` bool,
 Files are read by `agentrft.inputs` (UTF-8, bounded nesting, no NaN), and an
 empty file is refused rather than read as "all defaults".
 `train/config_check.check_references(cfg)` then resolves what the config names
-without loading a model. The rollout's sections live in `train/rollout_config.py`,
-the algorithm's in `train/algorithm_config.py`, the methods' in
-`train/method_config.py`; presets (`PRESETS`) are plain dicts in
-`train/presets.py`, validated as a file is. Every option documents itself.
+without loading a model. The rollout's sections live in `train/config/rollout.py`,
+the algorithm's in `train/config/algorithm.py`, the methods' in
+`train/config/method.py`; presets (`PRESETS`) are plain dicts in
+`train/config/presets.py`, validated as a file is. Every option documents itself.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
 from agentrft.precision import Precision
 from agentrft.rollout.agent_command import AgentCommandConfig
-from agentrft.train.algorithm_config import AlgorithmConfig
-from agentrft.train.data import DataConfig
-from agentrft.train.method_config import (  # the methods' own sections, re-exported here
+from agentrft.train.config.algorithm import AlgorithmConfig
+from agentrft.train.config.method import (  # the methods' own sections, re-exported here
     DPOConfig,
     Method,
     RejectionSamplingConfig,
@@ -37,9 +36,10 @@ from agentrft.train.method_config import (  # the methods' own sections, re-expo
     SFTConfig,
     _Cfg,
 )
-from agentrft.train.presets import PRESETS  # re-exported: `from agentrft.train.config import PRESETS`
-from agentrft.train.rollout_config import AsyncConfig, RayConfig, RolloutConfig
-from agentrft.train.tripwires import TripwiresConfig
+from agentrft.train.config.presets import PRESETS  # re-exported: `from agentrft.train.config import PRESETS`
+from agentrft.train.config.rollout import AsyncConfig, RayConfig, RolloutConfig
+from agentrft.train.data import DataConfig
+from agentrft.train.rl.tripwires import TripwiresConfig
 
 if TYPE_CHECKING:
     from agentrft.samplers.distribution import Distribution
@@ -141,6 +141,13 @@ class OptimizerConfig(_Cfg):
     grad_clip: float = Field(default=1.0, gt=0.0)
     warmup_steps: int = Field(default=0, ge=0)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
+    weights: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="fp32: fp32 weights, gradients and AdamW states (bf16 autocast computes); bf16: the trained "
+        "weights, their gradients and AdamW's states all in bf16, each update rounded stochastically so steps "
+        "smaller than bf16's spacing are not lost (torchao's AdamW, `pip install agentrft[lowmem]`): about half "
+        "the training memory; full fine-tune with bf16 compute only",
+    )
     micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")
     logprob_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk")
     shared_prefix: bool = Field(
@@ -158,14 +165,14 @@ class OptimizerConfig(_Cfg):
         default="tree",
         description="tree: a prefix tree with a dense 4D mask (shares every common prefix, attention over the whole "
         "row); segments: a row's common prefix once, then each sequence's suffix, attended per segment without a "
-        "dense mask (train/segment_attention.py), for long episodes sharing a prompt; both exact. GRPO, SFT and "
+        "dense mask (train/core/segment_attention.py), for long episodes sharing a prompt; both exact. GRPO, SFT and "
         "rejection sampling; DPO and reward models keep the tree (a pair is one unit of a row)",
     )
     context_grad: Literal["full", "stop"] = Field(
         default="full",
         description="full: the exact gradient; stop: the tokens no loss trains (prompt, tool outputs) run forward "
         "once without autograd and the trained tokens attend to their keys and values as constants "
-        "(train/context_grad.py): the same loss, a gradient that skips how the context is encoded, a fraction of "
+        "(train/core/context_grad.py): the same loss, a gradient that skips how the context is encoded, a fraction of "
         "the update's compute on long tool outputs. Needs shared_prefix with the segments layout. Measured on "
         "the agentic recipe's first imitation pass (2-core AMD EPYC): 21 min against ~46 exact (a level-3 batch "
         "41-50 s vs 98-105 s, 4.3 vs 12.9 GiB), but held-out pass@1 level 2 0.30 and level 3 0.03, where the exact "
@@ -210,7 +217,7 @@ class TrainConfig(_Cfg):
         "rejection_sampling: rounds of sampling with the current policy, keeping the graded best (data's filters) "
         "and SFT on them (rejection_sampling, rollout, sft); dpo: preference pairs (dpo, and data or dpo.pairs); "
         "reward_model: a Bradley-Terry reward model from preference pairs (reward_model, and data or "
-        "reward_model.pairs). Every method runs on the one training core (train/session.py)",
+        "reward_model.pairs). Every method runs on the one training core (train/core/session.py)",
     )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds python, numpy, torch and the sampler")
     steps: int = Field(default=10, ge=1)
@@ -258,6 +265,14 @@ class TrainConfig(_Cfg):
 
     @model_validator(mode="after")
     def _method_data(self) -> TrainConfig:
+        if self.optimizer.weights == "bf16":
+            if self.policy.finetune != "full":
+                raise ValueError("optimizer.weights: bf16 keeps the trained weights in bf16; for policy.finetune full")
+            if self.policy.precision == "fp32" or self.policy.sampler_precision == "fp32":
+                raise ValueError(
+                    "optimizer.weights: bf16 weights compute in bf16: set policy.precision and "
+                    "policy.sampler_precision to bf16 or auto"
+                )
         if self.optimizer.context_grad == "stop" and self.method in ("dpo", "reward_model"):
             raise ValueError(f"optimizer.context_grad: stop is for grpo, sft and rejection_sampling, not {self.method}")
         if self.method == "grpo" and self.rollout.group_size < 2:

@@ -32,9 +32,9 @@ from agentrft.inputs import InputError
 from agentrft.pairs import Pair, build_pairs, read_pairs, require_pairs
 from agentrft.samplers.base import ChatRenderer
 from agentrft.train.config import TrainConfig
-from agentrft.train.packing import MicroBatch, PackedSequence
-from agentrft.train.records import render_token_record, token_record_problem
-from agentrft.train.shared_prefix import shared_prefix_micro_batches
+from agentrft.train.core.packing import MicroBatch, PackedSequence
+from agentrft.train.core.shared_prefix import shared_prefix_micro_batches
+from agentrft.train.data.records import render_token_record, token_record_problem
 from agentrft.types import Message, TokenRecord, Trajectory
 
 

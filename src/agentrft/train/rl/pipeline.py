@@ -52,8 +52,8 @@ from agentrft.graders import Grader, agrade_trajectories
 from agentrft.rollout.runner import Runner
 from agentrft.store import Store
 from agentrft.train.config import TrainConfig
-from agentrft.train.metrics import rollout_metrics
-from agentrft.train.stages import Filtered, drop_reasons, filter_stage, next_tasks
+from agentrft.train.core.metrics import rollout_metrics
+from agentrft.train.rl.stages import Filtered, drop_reasons, filter_stage, next_tasks
 from agentrft.types import Task, Trajectory
 
 

@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrft.inputs import InputError
-from agentrft.train.rollout_config import CurriculumConfig
-from agentrft.train.stages import next_tasks
+from agentrft.train.config.rollout import CurriculumConfig
+from agentrft.train.rl.stages import next_tasks
 from agentrft.types import Task, Trajectory
 
 

@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 
 from agentrft.graders.rm_manifest import FORMAT, MANIFEST_NAME, SCORE_MEANING, read_manifest
-from agentrft.train.logprobs import _body_and_head
-from agentrft.train.packing import MicroBatch
-from agentrft.train.shared_prefix import packed_hidden
+from agentrft.train.core.logprobs import _body_and_head
+from agentrft.train.core.packing import MicroBatch
+from agentrft.train.core.shared_prefix import packed_hidden
 
 HEAD_NAME = "head.safetensors"
 

@@ -84,7 +84,7 @@ class RewardModelGrader(Grader):
         return self._finish(await asyncio.to_thread(self._run, sample, item))
 
     def _run(self, sample: Sample, item: dict[str, Any]) -> float:
-        from agentrft.train.rm_grading import score_sample  # torch: on first use only
+        from agentrft.train.data.rm_grading import score_sample  # torch: on first use only
 
         return score_sample(self.path, sample, item, use_token_record=self.use_token_record)
 

@@ -70,7 +70,7 @@ class _PairsConfig(_Cfg):
 
 
 class DPOConfig(_PairsConfig):
-    """Direct preference optimisation from pairs (``method: dpo``; see train/dpo.py)."""
+    """Direct preference optimisation from pairs (``method: dpo``; see train/data/dpo.py)."""
 
     loss: Literal["sigmoid", "ipo", "sigmoid_norm"] = Field(
         default="sigmoid",
@@ -81,7 +81,7 @@ class DPOConfig(_PairsConfig):
 
 
 class RewardModelConfig(_PairsConfig):
-    """A Bradley–Terry reward model from preference pairs (``method: reward_model``; see train/reward_model.py)."""
+    """A Bradley–Terry reward model from preference pairs (``method: reward_model``; see train/data/reward_model.py)."""
 
     heldout_fraction: float = Field(
         default=0.2,

@@ -41,9 +41,10 @@ from agentrft.samplers.base import TrainablePolicy
 from agentrft.samplers.distribution import Distribution
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.train.config import ConfigError, TrainConfig
-from agentrft.train.loop import TrainResult
-from agentrft.train.packing import MicroBatch
-from agentrft.train.preference_data import (
+from agentrft.train.core.packing import MicroBatch
+from agentrft.train.core.session import Session, StepFn, StepHook, check_run_dir, seed_everything
+from agentrft.train.core.update import autocast, autocast_dtype, batch_logprobs, batch_stats, optimizer_steps
+from agentrft.train.data.preference_data import (
     PairTokens,
     check_vocab,
     encode_pair,
@@ -52,9 +53,8 @@ from agentrft.train.preference_data import (
     pack_pairs,
     pair_sides,
 )
-from agentrft.train.session import Session, StepFn, check_run_dir, seed_everything
-from agentrft.train.stages import next_tasks
-from agentrft.train.update import autocast, autocast_dtype, batch_logprobs, batch_stats, optimizer_steps
+from agentrft.train.loop import TrainResult
+from agentrft.train.rl.stages import next_tasks
 
 REFERENCE_NAME = "dpo_reference.pt"
 PAIRS_NAME = "pairs.jsonl"
@@ -139,6 +139,7 @@ def train_dpo(
     stop_after: int | None = None,
     progress: bool = False,
     allow_config_change: bool = False,
+    on_step: StepHook | None = None,
 ) -> TrainResult:
     """Train ``cfg.steps`` DPO steps (``method: dpo``); arguments as `loop.train`. ``policy``: a loaded
     policy (tests, embedding), else ``cfg.policy.name`` is loaded after the pairs passed their checks."""
@@ -177,7 +178,7 @@ def train_dpo(
         )
         try:
             step_fn = _dpo_step(cfg, session, encoded, ref, data_metrics, pad_id)
-            session.run(step_fn, progress=progress, stop_after=stop_after)
+            session.run(step_fn, progress=progress, stop_after=stop_after, on_step=on_step)
             session.finish(policy.tokenizer)
         finally:
             session.close()
