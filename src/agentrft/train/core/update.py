@@ -60,7 +60,7 @@ def make_optimizer(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> to
     if opt.weights == "bf16":
         from torchao.optim import _AdamW  # the optimizer behind AdamW8bit/4bit, here with bf16 states
 
-        return _AdamW(params, bf16_stochastic_round=True, **kwargs)  # type: ignore[no-any-return]
+        return _AdamW(params, bf16_stochastic_round=True, **kwargs)
     try:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device or dtype without the fused kernel
