@@ -132,21 +132,48 @@ def run_agentic(
     and overrides: finished evals and demonstrations are kept (an unfinished one is played again), a finished
     imitation's weights are loaded from ``RUN_DIR/imitation/policy``, a stopped SFT or GRPO run resumes from its
     latest checkpoint (`train(..., resume=True)`)."""
-    from agentrft.envs.registry import make_env
-    from agentrft.eval.harness import evaluate
     from agentrft.eval.report import write_report
-    from agentrft.graders import load_grader
-    from agentrft.samplers.base import SamplingParams
-    from agentrft.samplers.oracle import OracleSampler, load_oracle
-    from agentrft.samplers.policies import load_trainable_policy
-    from agentrft.store import RUN_STORE_NAME, Store
-    from agentrft.train.config import ConfigError
-    from agentrft.train.loop import Components, train
 
     run_dir = Path(run_dir)
-    sft_cfg, late_cfg, rl_cfg = agentic_configs(run_dir, settings, list(overrides or []))
-    first_demos, late_demos = settings.demo_counts()
     chosen: dict[str, Any] = {"settings": settings.model_dump(mode="json"), "overrides": list(overrides or [])}
+    _check_run_dir(run_dir, chosen, resume)
+    recipe = _Recipe(run_dir, settings, list(overrides or []), progress, resume)  # every spec checked here
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SETTINGS_NAME).write_text(json.dumps(chosen, indent=2))
+    recipe.load()
+    try:
+        recipe.eval("baseline", "held-out", settings.eval_tasks, trained=False)
+        if settings.ood:
+            recipe.eval("baseline-ood", "ood", settings.ood_tasks, trained=False)
+        if settings.baseline_trained_prompt and recipe.trained_prompt_differs:
+            recipe.eval(BASELINE_TRAINED_PROMPT, "held-out", settings.eval_tasks)
+            if settings.ood:
+                recipe.eval(BASELINE_TRAINED_PROMPT + "-ood", "ood", settings.ood_tasks)
+        recipe.demonstrations()
+        steps = recipe.imitation()
+        if settings.eval_after_imitation:
+            recipe.eval("imitation", "held-out", settings.eval_tasks)
+        start = time.perf_counter()
+        steps["rl"] = recipe.stage(recipe.rl_cfg, run_dir, recipe.rl_grader)
+        recipe.seconds["rl"] = time.perf_counter() - start
+        recipe.eval("final", "held-out", settings.eval_tasks)
+        if settings.ood:
+            recipe.eval("final-ood", "ood", settings.ood_tasks)
+        recipe.seconds["total"] = time.perf_counter() - recipe.t0
+        result = AgenticResult(run_dir=run_dir, evals=recipe.evals, seconds=recipe.seconds, steps=steps)
+        summary = result.summary()
+        summary["paired"] = paired_tests(recipe.evals)
+        (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))
+        write_report(run_dir)
+    finally:
+        recipe.close()
+    return result
+
+
+def _check_run_dir(run_dir: Path, chosen: dict[str, Any], resume: bool) -> None:
+    """A new recipe needs an empty run dir; a resumed one the settings and overrides it was started with."""
+    from agentrft.train.config import ConfigError
+
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(
             f"demo --agentic: run dir {run_dir} is not empty (pick a new one, or --resume a stopped recipe)"
@@ -163,147 +190,161 @@ def run_agentic(
                 f"demo --agentic --resume: the settings or --set overrides differ from those {run_dir} was started "
                 f"with ({', '.join(differ)}; see {run_dir / SETTINGS_NAME})"
             )
-    levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
-    # the baseline's prompt, and the one demonstrations, training and the later evals use (the stages' shots)
-    eval_specs = {
-        False: f"finqa-lite:{levels}",
-        True: with_shots(f"finqa-lite:{levels}", shots_of(sft_cfg.rollout.env)),
-    }
-    eval_envs = {False: make_env(eval_specs[False])}
-    eval_envs[True] = make_env(eval_specs[True]) if eval_specs[True] != eval_specs[False] else eval_envs[False]
-    # the base policy on the trained prompt, where that prompt is another (fewer worked examples than the env has)
-    trained_prompt_differs = eval_envs[True].few_shot() != eval_envs[False].few_shot()
-    train_env = make_env(sft_cfg.rollout.env)  # the demonstrations are played on the prompt each pass learns
-    late_env = train_env if late_cfg.rollout.env == sft_cfg.rollout.env else make_env(late_cfg.rollout.env)
-    outcome = load_grader(train_env.grader_spec())
-    rl_grader = load_grader(rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
-    rl_env = {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env}.get(rl_cfg.rollout.env)
-    rl_env = rl_env or make_env(rl_cfg.rollout.env)
-    if rl_cfg.rollout.expert_per_group and rl_env.expert() is None:  # guided groups need one, so fail here
-        raise ConfigError(
-            f"rl.rollout.expert_per_group: environment {rl_env.name!r} has no expert that solves its tasks "
-            "(Environment.expert(); finqa-lite has one)"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SETTINGS_NAME).write_text(json.dumps(chosen, indent=2))
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    policy = load_trainable_policy(rl_cfg.policy.name, seed=rl_cfg.seed, **rl_cfg.policy.sampler_options())
-    store = Store(run_dir / RUN_STORE_NAME)
-    seconds["load"] = time.perf_counter() - t0
-    try:
-        params = SamplingParams(
-            temperature=settings.eval_temperature, max_tokens=eval_envs[False].limits.max_tokens_per_turn
-        )
-        evals: dict[str, Any] = {}
 
-        def run_eval(name: str, split: str, tasks: int, trained: bool = True) -> None:
-            if resume and (done := finished_eval(store, name)) is not None:
-                evals[name] = done
-                return
-            policy.reseed(rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
-            start = time.perf_counter()
-            evals[name] = evaluate(
-                eval_envs[trained],
-                policy,
-                split=split,
-                samples=settings.eval_samples,
-                tasks=tasks,
-                store=store,
-                run_name=name,
-                params=params,
-                env_spec=eval_specs[trained],
-                grader=outcome,
-                tool_format=rl_cfg.rollout.tool_format,
-                seed=rl_cfg.seed,
-                progress=progress,
+
+class _Recipe:
+    """The recipe's stages over one in-process policy and one store (`run_agentic` orders them). Built from
+    the settings, it makes every environment and grader the stages name, so a bad one fails before anything
+    is written; `load` then loads the policy and opens the store."""
+
+    def __init__(
+        self, run_dir: Path, settings: AgenticSettings, overrides: list[str], progress: bool, resume: bool
+    ) -> None:
+        from agentrft.envs.registry import make_env
+        from agentrft.graders import load_grader
+        from agentrft.train.config import ConfigError
+
+        self.run_dir, self.settings, self.progress, self.resume = run_dir, settings, progress, resume
+        self.sft_cfg, self.late_cfg, self.rl_cfg = agentic_configs(run_dir, settings, overrides)
+        self.first_demos, self.late_demos = settings.demo_counts()
+        levels = ",".join(str(lv) for lv in sorted(set(settings.levels)))
+        # the baseline's prompt, and the one demonstrations, training and the later evals use (the stages' shots)
+        self.eval_specs = {
+            False: f"finqa-lite:{levels}",
+            True: with_shots(f"finqa-lite:{levels}", shots_of(self.sft_cfg.rollout.env)),
+        }
+        same = self.eval_specs[True] == self.eval_specs[False]
+        self.eval_envs = {False: make_env(self.eval_specs[False])}
+        self.eval_envs[True] = self.eval_envs[False] if same else make_env(self.eval_specs[True])
+        # the base policy on the trained prompt, where that prompt is another (fewer worked examples than the env has)
+        self.trained_prompt_differs = self.eval_envs[True].few_shot() != self.eval_envs[False].few_shot()
+        self.envs = {self.sft_cfg.rollout.env: make_env(self.sft_cfg.rollout.env)}  # demonstrations' prompts
+        for cfg in (self.late_cfg, self.rl_cfg):
+            if cfg.rollout.env not in self.envs:
+                self.envs[cfg.rollout.env] = make_env(cfg.rollout.env)
+        train_env = self.envs[self.sft_cfg.rollout.env]
+        self.outcome = load_grader(train_env.grader_spec())
+        self.rl_grader = load_grader(self.rl_cfg.rollout.grader or train_env.grader_spec())  # a bad spec fails here
+        rl_env = self.envs[self.rl_cfg.rollout.env]
+        if self.rl_cfg.rollout.expert_per_group and rl_env.expert() is None:  # guided groups need one
+            raise ConfigError(
+                f"rl.rollout.expert_per_group: environment {rl_env.name!r} has no expert that solves its tasks "
+                "(Environment.expert(); finqa-lite has one)"
             )
-            seconds[f"eval_{name}"] = time.perf_counter() - start
+        self.evals: dict[str, Any] = {}
+        self.seconds: dict[str, float] = {}
 
-        run_eval("baseline", "held-out", settings.eval_tasks, trained=False)
-        if settings.ood:
-            run_eval("baseline-ood", "ood", settings.ood_tasks, trained=False)
-        if settings.baseline_trained_prompt and trained_prompt_differs:
-            run_eval(BASELINE_TRAINED_PROMPT, "held-out", settings.eval_tasks)
-            if settings.ood:
-                run_eval(BASELINE_TRAINED_PROMPT + "-ood", "ood", settings.ood_tasks)
+    def load(self) -> None:
+        from agentrft.samplers.base import SamplingParams
+        from agentrft.samplers.policies import load_trainable_policy
+        from agentrft.store import RUN_STORE_NAME, Store
+
+        self.t0 = time.perf_counter()
+        cfg = self.rl_cfg
+        self.policy = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
+        self.store = Store(self.run_dir / RUN_STORE_NAME)
+        self.seconds["load"] = time.perf_counter() - self.t0
+        max_tokens = self.eval_envs[False].limits.max_tokens_per_turn
+        self.params = SamplingParams(temperature=self.settings.eval_temperature, max_tokens=max_tokens)
+
+    def close(self) -> None:
+        self.store.close()
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close()
+
+    def eval(self, name: str, split: str, tasks: int, trained: bool = True) -> None:
+        """Eval run ``name`` of the policy on ``split`` (kept when a resumed recipe finished it)."""
+        from agentrft.eval.harness import evaluate
+
+        if self.resume and (done := finished_eval(self.store, name)) is not None:
+            self.evals[name] = done
+            return
+        self.policy.reseed(self.rl_cfg.seed + 7919)  # every eval draws from the same sampler seed stream
+        start = time.perf_counter()
+        self.evals[name] = evaluate(
+            self.eval_envs[trained],
+            self.policy,
+            split=split,
+            samples=self.settings.eval_samples,
+            tasks=tasks,
+            store=self.store,
+            run_name=name,
+            params=self.params,
+            env_spec=self.eval_specs[trained],
+            grader=self.outcome,
+            tool_format=self.rl_cfg.rollout.tool_format,
+            seed=self.rl_cfg.seed,
+            progress=self.progress,
+        )
+        self.seconds[f"eval_{name}"] = time.perf_counter() - start
+
+    def demonstrations(self) -> None:
+        """The oracle's episodes of the training split (runs "demos" and "demos-late"), greedy."""
+        from agentrft.eval.harness import evaluate
+        from agentrft.samplers.base import SamplingParams
+        from agentrft.samplers.oracle import load_oracle
 
         start = time.perf_counter()
-        oracle = load_oracle(f"oracle:{rl_cfg.policy.name}", train_env)
-        for name, counts, env, cfg in (
-            ("demos", first_demos, train_env, sft_cfg),
-            ("demos-late", late_demos, late_env, late_cfg),
+        oracle = load_oracle(f"oracle:{self.rl_cfg.policy.name}", self.envs[self.sft_cfg.rollout.env])
+        for name, counts, cfg in (
+            ("demos", self.first_demos, self.sft_cfg),
+            ("demos-late", self.late_demos, self.late_cfg),
         ):
-            if not counts or (resume and finished_eval(store, name) is not None):
+            if not counts or (self.resume and finished_eval(self.store, name) is not None):
                 continue
+            env = self.envs[cfg.rollout.env]
             evaluate(
                 env,
                 oracle,
                 split="train",
                 samples=1,
                 tasks=counts,
-                store=store,
+                store=self.store,
                 run_name=name,
                 params=SamplingParams(temperature=0.0, max_tokens=env.limits.max_tokens_per_turn),
                 env_spec=cfg.rollout.env,
-                grader=outcome,
-                tool_format=sft_cfg.rollout.tool_format,
-                seed=rl_cfg.seed,
-                progress=progress,
+                grader=self.outcome,
+                tool_format=self.sft_cfg.rollout.tool_format,
+                seed=self.rl_cfg.seed,
+                progress=self.progress,
             )
-        seconds["demos"] = time.perf_counter() - start
+        self.seconds["demos"] = time.perf_counter() - start
 
-        def stage_env(spec: str) -> Any:
-            envs = {sft_cfg.rollout.env: train_env, late_cfg.rollout.env: late_env, rl_cfg.rollout.env: rl_env}
-            return envs.get(spec) or make_env(spec)
-
-        def stage(cfg: Any, where: Path, grader: Any) -> int:
-            """Train one stage on the in-process policy; a stopped one resumes from its checkpoint. With guided
-            groups (``rollout.expert_per_group``) the stage's environment's expert plays into them, written with
-            the policy's tokenizer."""
-            env = stage_env(cfg.rollout.env)
-            expert = None
-            if cfg.method == "grpo" and cfg.rollout.expert_per_group:
-                expert = OracleSampler(env.expert(), policy.tokenizer, policy=f"oracle:{cfg.policy.name}")
-            return train(
-                cfg,
-                where,
-                resume=resume and (where / "config.yaml").is_file(),
-                components=Components(env, policy, grader, store, expert=expert),
-                progress=progress,
-            ).steps
-
+    def imitation(self) -> dict[str, int]:
+        """The imitation passes (a finished one's weights loaded when resumed); steps per pass."""
         steps: dict[str, int] = {}
-        passes = [("imitation", sft_cfg)] + ([("imitation_late", late_cfg)] if late_demos else [])
+        passes = [("imitation", self.sft_cfg)] + ([("imitation_late", self.late_cfg)] if self.late_demos else [])
         for name, cfg in passes:
             start = time.perf_counter()
-            where = run_dir / name.replace("_", "-")
-            if resume and (where / "policy").is_dir():
-                steps[name] = load_weights(policy, where / "policy", cfg.steps)
+            where = self.run_dir / name.replace("_", "-")
+            if self.resume and (where / "policy").is_dir():
+                steps[name] = load_weights(self.policy, where / "policy", cfg.steps)
             else:
-                steps[name] = stage(cfg, where, outcome)
-            seconds[name] = time.perf_counter() - start
-        if settings.eval_after_imitation:
-            run_eval("imitation", "held-out", settings.eval_tasks)
+                steps[name] = self.stage(cfg, where, self.outcome)
+            self.seconds[name] = time.perf_counter() - start
+        return steps
 
-        start = time.perf_counter()
-        rl_steps = stage(rl_cfg, run_dir, rl_grader)
-        seconds["rl"] = time.perf_counter() - start
-        run_eval("final", "held-out", settings.eval_tasks)
-        if settings.ood:
-            run_eval("final-ood", "ood", settings.ood_tasks)
-        seconds["total"] = time.perf_counter() - t0
-        result = AgenticResult(run_dir=run_dir, evals=evals, seconds=seconds, steps={**steps, "rl": rl_steps})
-        summary = result.summary()
-        summary["paired"] = paired_tests(evals)
-        (run_dir / "agentic.json").write_text(json.dumps(summary, indent=2))
-        write_report(run_dir)
-    finally:
-        store.close()
-        close = getattr(policy, "close", None)
-        if close is not None:
-            close()
-    return result
+    def stage(self, cfg: Any, where: Path, grader: Any) -> int:
+        """Train one stage on the in-process policy; a stopped one resumes from its checkpoint. With guided
+        groups (``rollout.expert_per_group``) the stage's environment's expert plays into them, written with
+        the policy's tokenizer."""
+        from agentrft.samplers.oracle import OracleSampler
+        from agentrft.train.loop import Components, train
+
+        env = self.envs[cfg.rollout.env]
+        expert = None
+        if cfg.method == "grpo" and cfg.rollout.expert_per_group:
+            solver = env.expert()
+            assert solver is not None  # checked when the recipe was built
+            expert = OracleSampler(solver, self.policy.tokenizer, policy=f"oracle:{cfg.policy.name}")
+        return train(
+            cfg,
+            where,
+            resume=self.resume and (where / "config.yaml").is_file(),
+            components=Components(env, self.policy, grader, self.store, expert=expert),
+            progress=self.progress,
+        ).steps
 
 
 def load_weights(policy: Any, path: Path, version: int) -> int:
