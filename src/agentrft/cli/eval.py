@@ -176,38 +176,11 @@ def eval_command(
     with user_errors():
         from agentrft.envs.registry import make_env
         from agentrft.eval.harness import Prices, evaluate
-        from agentrft.precision import PRECISIONS
         from agentrft.samplers.base import SamplingParams
-        from agentrft.samplers.policies import is_in_process, load_policy
 
         environment = make_env(env)
-        agent = None
-        if agent_command is not None:
-            from pydantic import ValidationError
-
-            from agentrft.rollout.agent_command import AgentCommandConfig
-
-            try:
-                agent = AgentCommandConfig(
-                    command=agent_command, timeout_s=agent_timeout, max_concurrency=agent_concurrency
-                )
-            except ValidationError as exc:
-                raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
-            if (why := agent.missing_program()) is not None:
-                raise fail(f"--agent-command: {why}", 2)
-        from agentrft.rollout.formats import FORMAT_NAMES
-
-        if tool_format not in FORMAT_NAMES:
-            raise fail(f"--tool-format: expected one of {', '.join(FORMAT_NAMES)}, got {tool_format!r}", 2)
-        if precision not in PRECISIONS:
-            raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
-        if precision != "fp32" and not is_in_process(policy):
-            raise fail(f"--precision: applies to in-process policies only, not {policy!r}", 2)
-        # an eval trains nothing: an in-process engine stores its weights as it computes them (samplers/frozen.py)
-        kw: dict[str, Any] = {"frozen": True} if is_in_process(policy) else {}
-        if precision != "fp32":
-            kw["precision"] = precision
-        sampler = load_policy(policy, env=environment, **kw)
+        agent = None if agent_command is None else _agent(agent_command, agent_timeout, agent_concurrency)
+        sampler = _sampler(policy, environment, tool_format, precision)
         params = SamplingParams(temperature=temperature, max_tokens=environment.limits.max_tokens_per_turn)
         player = None if agent is None else _command_agent(agent, environment, sampler, params)
         prices = None
@@ -259,6 +232,40 @@ def eval_command(
         _print_result(res)
         if rows is not None:
             _print_robustness(rows)
+
+
+def _agent(command: str, timeout_s: float, concurrency: int) -> Any:
+    """``--agent-command``'s config, its program checked before any model loads."""
+    from pydantic import ValidationError
+
+    from agentrft.rollout.agent_command import AgentCommandConfig
+
+    try:
+        agent = AgentCommandConfig(command=command, timeout_s=timeout_s, max_concurrency=concurrency)
+    except ValidationError as exc:
+        raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
+    if (why := agent.missing_program()) is not None:
+        raise fail(f"--agent-command: {why}", 2)
+    return agent
+
+
+def _sampler(policy: str, environment: Any, tool_format: str, precision: str) -> Any:
+    """The policy to evaluate, its options checked first. An eval trains nothing: an in-process engine stores
+    its weights as it computes them (samplers/frozen.py)."""
+    from agentrft.precision import PRECISIONS
+    from agentrft.rollout.formats import FORMAT_NAMES
+    from agentrft.samplers.policies import is_in_process, load_policy
+
+    if tool_format not in FORMAT_NAMES:
+        raise fail(f"--tool-format: expected one of {', '.join(FORMAT_NAMES)}, got {tool_format!r}", 2)
+    if precision not in PRECISIONS:
+        raise fail(f"--precision: expected auto, fp32 or bf16, got {precision!r}", 2)
+    if precision != "fp32" and not is_in_process(policy):
+        raise fail(f"--precision: applies to in-process policies only, not {policy!r}", 2)
+    kw: dict[str, Any] = {"frozen": True} if is_in_process(policy) else {}
+    if precision != "fp32":
+        kw["precision"] = precision
+    return load_policy(policy, env=environment, **kw)
 
 
 def register(app: typer.Typer) -> None:

@@ -350,7 +350,8 @@ def _branches(store: Any, runs: Sequence[Run]) -> tuple[str, list[tuple[Trajecto
 
 
 def build_report(run_dir: str | Path, *, max_trajectories: int = 2000) -> str:
-    """The report HTML of ``run_dir`` (see the module docstring for the layout)."""
+    """The report HTML of ``run_dir`` (see the module docstring for the layout). Long because it reads the
+    store once and hands each section what it needs, in the page's order: one straight line, no branches."""
     from agentrft.store import Store
 
     run_dir = Path(run_dir)

@@ -113,6 +113,50 @@ def _has_levels(tasks: list[Any]) -> bool:
     return bool(tasks) and all(isinstance(t.data.get("level"), int) for t in tasks)
 
 
+def demo_configs(
+    settings: DemoSettings, overrides: list[str], env: str | None, expert_iteration: bool
+) -> tuple[Any, Any]:
+    """The GRPO stage's config (preset ``demo``, or ``self-improve`` for ``env``) and, with
+    ``expert_iteration``, the rejection-sampling stage's (``self-improve-ei``, its options as ``ei.KEY=V``),
+    playing the same episodes: the environment, its tool format, grader and policy settings."""
+    from agentrft.train.config import PRESETS, ConfigError, build_config
+
+    preset = ("demo-quick" if settings.quick else "demo") if env is None else "self-improve"
+    quick = ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"] if settings.quick and env else []
+    given = [f"rollout.env={env}"] if env else []
+    ei_over = [o.removeprefix("ei.") for o in overrides if o.startswith("ei.")]
+    grpo_over = [o for o in overrides if not o.startswith("ei.")]
+    if ei_over and not expert_iteration:
+        raise ConfigError("ei.KEY=V options set the expert-iteration stage; add --expert-iteration")
+    cfg = build_config(PRESETS[preset], [*given, *quick, *grpo_over], source=f"demo (preset {preset})")
+    if not expert_iteration:
+        return cfg, None
+    ei_quick = ["steps=2", "rejection_sampling.tasks_per_round=4", "rollout.group_size=4"] if settings.quick else []
+    common = [o for o in grpo_over if o.split("=", 1)[0].split(".")[0] in ("policy", "seed")]
+    common += [o for o in grpo_over if o.startswith(("rollout.grader=", "rollout.tool_format=", "rollout.max_tokens="))]
+    shared = [f"rollout.env={cfg.rollout.env}", f"policy.name={cfg.policy.name}", f"seed={cfg.seed}", *common]
+    ei_cfg = build_config(
+        PRESETS["self-improve-ei"], [*shared, *ei_quick, *ei_over], source="demo (preset self-improve-ei)"
+    )
+    return cfg, ei_cfg
+
+
+def _check_env(spec: str, environment: Any, cfg: Any) -> None:
+    """An environment the demo learns from rewards alone: held-out tasks the training never sees, and what the
+    config names (`check_references`); the curriculum off where its tasks carry no level."""
+    from agentrft.envs.jsonl import JsonlEnv
+    from agentrft.train.config import ConfigError
+    from agentrft.train.config.check import check_references
+
+    if isinstance(environment, JsonlEnv) and environment._valid is None:
+        raise ConfigError(f"{spec}: a jsonl environment's held-out split is its training file; add ?valid=FILE")
+    if not environment.tasks("held-out"):
+        raise ConfigError(f"{spec}: the environment has no held-out tasks to evaluate")
+    check_references(cfg, env=environment)
+    if cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
+        cfg.rollout.curriculum.enabled = False  # it draws by level; tasks with none: the seeded shuffle
+
+
 def run_demo(
     run_dir: Path,
     settings: DemoSettings,
@@ -130,44 +174,15 @@ def run_demo(
     from agentrft.samplers.base import SamplingParams
     from agentrft.samplers.policies import load_trainable_policy
     from agentrft.store import RUN_STORE_NAME, Store
-    from agentrft.train.config import PRESETS, ConfigError, build_config
     from agentrft.train.loop import Components, train
 
-    preset = ("demo-quick" if settings.quick else "demo") if env is None else "self-improve"
-    quick = ["steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4"] if settings.quick and env else []
-    given = [f"rollout.env={env}"] if env else []
-    ei_over = [o.removeprefix("ei.") for o in overrides or [] if o.startswith("ei.")]
-    grpo_over = [o for o in overrides or [] if not o.startswith("ei.")]
-    if ei_over and not expert_iteration:
-        raise ConfigError("ei.KEY=V options set the expert-iteration stage; add --expert-iteration")
-    cfg = build_config(PRESETS[preset], [*given, *quick, *grpo_over], source=f"demo (preset {preset})")
-    ei_cfg = None
-    if expert_iteration:
-        ei_quick = ["steps=2", "rejection_sampling.tasks_per_round=4", "rollout.group_size=4"] if settings.quick else []
-        # the stage plays the same episodes as GRPO: the environment, its tool format, grader and policy settings
-        common = [o for o in grpo_over if o.split("=", 1)[0].split(".")[0] in ("policy", "seed")]
-        common += [
-            o for o in grpo_over if o.startswith(("rollout.grader=", "rollout.tool_format=", "rollout.max_tokens="))
-        ]
-        shared = [f"rollout.env={cfg.rollout.env}", f"policy.name={cfg.policy.name}", f"seed={cfg.seed}", *common]
-        ei_cfg = build_config(
-            PRESETS["self-improve-ei"], [*shared, *ei_quick, *ei_over], source="demo (preset self-improve-ei)"
-        )
+    cfg, ei_cfg = demo_configs(settings, overrides or [], env, expert_iteration)
     run_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     environment = make_env(cfg.rollout.env)
     if env is not None:  # checked before the policy loads: the evals need held-out tasks the training never sees
-        from agentrft.envs.jsonl import JsonlEnv
-        from agentrft.train.config.check import check_references
-
-        if isinstance(environment, JsonlEnv) and environment._valid is None:
-            raise ConfigError(f"{env}: a jsonl environment's held-out split is its training file; add ?valid=FILE")
-        if not environment.tasks("held-out"):
-            raise ConfigError(f"{env}: the environment has no held-out tasks to evaluate")
-        check_references(cfg, env=environment)
-        if cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
-            cfg.rollout.curriculum.enabled = False  # it draws by level; tasks with none: the seeded shuffle
+        _check_env(env, environment, cfg)
     grader = load_grader(cfg.rollout.grader or environment.grader_spec())
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)

@@ -53,7 +53,9 @@ def _row(name: str, given: Any, resolved: Any, key: str, value: Any, rule: str) 
 def map_hyperparameters(
     spec: JobSpec, train_rows: int, valid_rows: int, env_spec: str
 ) -> tuple[TrainConfig, list[dict[str, Any]]]:
-    """(the GRPO config, the resolved mapping table) of a validated job (see the module docstring)."""
+    """(the GRPO config, the resolved mapping table) of a validated job (see the module docstring). Long
+    because it is the mapping table itself, one row per hyperparameter, kept in one place to read against
+    docs/rft.md."""
     hp = spec.hyperparameters
     batch = min(AUTO_BATCH_SIZE, train_rows) if hp.batch_size == "auto" else int(hp.batch_size)
     epochs = 1 if hp.n_epochs == "auto" else int(hp.n_epochs)

@@ -291,7 +291,10 @@ class HFSampler(InProcessPolicy):
             self.stats["kv_peak_positions"] = max(self.stats["kv_peak_positions"], batch.cache_positions)
 
     def _engine(self) -> None:
-        """The engine thread: admit, step, deliver, until closed."""
+        """The engine thread: admit, step, deliver, until closed.
+
+        Long on purpose: one loop holds the batch's state (pending requests, the running batch, the compute
+        context across a training pause) that every branch of it changes; split, each piece would pass all of it."""
 
         from agentrft.samplers.hf_decode import RowState, RunningBatch, make_generator
 

@@ -250,7 +250,10 @@ class RunningBatch:
         self._keep([a for a in range(len(self.rows)) if a not in gone])
 
     def admit(self, requests: list[SampleRequest], rows: list[RowState]) -> None:
-        """Prefill `requests` and add them (with their `rows`) to the running batch."""
+        """Prefill `requests` and add them (with their `rows`) to the running batch.
+
+        Long on purpose: the shared head, the old rows' KV and the new prompts' columns are rebuilt together,
+        one layer at a time, so no second copy of the cache exists at any point (see the module docstring)."""
         kept = self._compact(force=True, move_kv=False)  # dead cache rows are left out of the copy below
         distinct: dict[tuple[int, ...], int] = {}
         src = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in requests]

@@ -187,34 +187,9 @@ def train(
     ``cfg.method`` picks the method: DPO and the reward model run their own step functions (train/data/dpo.py,
     train/data/reward_model.py); GRPO, SFT and rejection sampling are dispatched below. A method that learns
     from recorded trajectories selects them before anything is written."""
-    if cfg.method == "dpo":
-        from agentrft.train.data.dpo import train_dpo
-
-        policy = components.sampler if components is not None else None
-        return train_dpo(
-            cfg,
-            run_dir,
-            resume=resume,
-            policy=policy,
-            stop_after=stop_after,
-            progress=progress,
-            allow_config_change=allow_config_change,
-            on_step=on_step,
-        )
-    if cfg.method == "reward_model":
-        from agentrft.train.data.reward_model import train_reward_model
-
-        given = (components.sampler.model, components.sampler.tokenizer) if components is not None else None
-        return train_reward_model(
-            cfg,
-            run_dir,
-            resume=resume,
-            model_and_tokenizer=given,
-            stop_after=stop_after,
-            progress=progress,
-            allow_config_change=allow_config_change,
-            on_step=on_step,
-        )
+    if cfg.method in ("dpo", "reward_model"):
+        hooks = {"stop_after": stop_after, "progress": progress, "on_step": on_step}
+        return _train_on_pairs(cfg, run_dir, resume, components, allow_config_change, hooks)
     run_dir = Path(run_dir)
     last = check_run_dir(run_dir, cfg, resume=resume, allow_config_change=allow_config_change)
     selected: tuple[list[Trajectory], dict[str, int]] | None = None
@@ -281,6 +256,29 @@ def train(
                 mark_unused(comps.store, session.run_id)
         session.close()
     return TrainResult(run_dir, session.run_id, session.state.step, session.history, session.saved)
+
+
+def _train_on_pairs(
+    cfg: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    components: Components | None,
+    allow_config_change: bool,
+    hooks: dict[str, Any],
+) -> TrainResult:
+    """DPO and the reward model: their own step functions (train/data/dpo.py, train/data/reward_model.py) on the
+    same session, with `train`'s hooks (``stop_after``, ``progress``, ``on_step``)."""
+    if cfg.method == "dpo":
+        from agentrft.train.data.dpo import train_dpo
+
+        policy = components.sampler if components is not None else None
+        return train_dpo(cfg, run_dir, resume=resume, policy=policy, allow_config_change=allow_config_change, **hooks)
+    from agentrft.train.data.reward_model import train_reward_model
+
+    given = (components.sampler.model, components.sampler.tokenizer) if components is not None else None
+    return train_reward_model(
+        cfg, run_dir, resume=resume, model_and_tokenizer=given, allow_config_change=allow_config_change, **hooks
+    )
 
 
 def _with_tripwires(
