@@ -54,8 +54,16 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
     if cfg.optimizer.weights == "bf16":
         import importlib.util
 
+        from agentrft.precision import resolve
+
         if importlib.util.find_spec("torchao") is None:
             raise refuse("optimizer.weights", "bf16 needs torchao's AdamW: pip install 'agentrft[lowmem]'")
+        if "fp32" in (resolve(cfg.policy.precision), resolve(cfg.policy.sampler_precision)):
+            raise refuse(
+                "optimizer.weights",
+                "bf16 weights compute in bf16, and policy.precision or sampler_precision resolves to fp32 here "
+                "(auto: this CPU does not multiply bf16 natively)",
+            )
     if cfg.rollout.branch is not None:
         from agentrft.store import Store
         from agentrft.train.rl.branches import BranchSource

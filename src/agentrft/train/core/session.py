@@ -30,7 +30,7 @@ import torch
 from agentrft.memory import peak_rss_mib
 from agentrft.precision import bf16_native, resolve
 from agentrft.store import Store
-from agentrft.train.config import PolicyConfig, TrainConfig
+from agentrft.train.config import ConfigError, PolicyConfig, TrainConfig
 from agentrft.train.core.checkpoint import (
     TrainerState,
     export_policy,
@@ -147,6 +147,10 @@ class Session:
         cfg.save(run_dir / CONFIG_NAME)
         model = prepare_model(base_model, cfg.policy)
         if cfg.optimizer.weights == "bf16":  # no fp32 master: the weights the sampler shares become bf16 too
+            if autocast_dtype(cfg.policy.precision) != torch.bfloat16:
+                raise ConfigError(
+                    "optimizer.weights: bf16 weights need bf16 compute (policy.precision resolves to fp32)"
+                )
             model.to(torch.bfloat16)
         if cfg.optimizer.shared_prefix and cfg.optimizer.shared_prefix_layout == "segments":
             from agentrft.train.core.segment_attention import use_segment_attention
