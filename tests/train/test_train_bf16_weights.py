@@ -14,7 +14,7 @@ BF16 = {"optimizer.weights": "bf16", "policy.precision": "bf16", "policy.sampler
 
 
 def test_weights_gradients_and_states_stay_bf16_and_the_weights_move(tmp_path) -> None:
-    pytest.importorskip("torchao")
+
     comps = F.components(tmp_path)
     before = {n: p.detach().to(torch.bfloat16).clone() for n, p in comps.sampler.model.named_parameters()}
     cfg = F.config(**{**BF16, "steps": 2, "eval.every_steps": 0, "checkpoint.every_steps": 1})
