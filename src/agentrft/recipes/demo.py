@@ -183,6 +183,10 @@ def run_demo(
     environment = make_env(cfg.rollout.env)
     if env is not None:  # checked before the policy loads: the evals need held-out tasks the training never sees
         _check_env(env, environment, cfg)
+    else:  # what the --set options name (e.g. rollout.branch's parents), before the policy loads
+        from agentrft.train.config.check import check_references
+
+        check_references(cfg, env=environment)
     grader = load_grader(cfg.rollout.grader or environment.grader_spec())
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)
