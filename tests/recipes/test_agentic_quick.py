@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.envs.registry import make_env, shots_of, with_shots
+from agentrft.envs.finqa.shots import shots_of, with_shots
+from agentrft.envs.registry import make_env
 from agentrft.recipes.agentic import run_agentic
 from agentrft.recipes.agentic_settings import AgenticSettings, agentic_configs
 from agentrft.store import RUN_STORE_NAME, Store

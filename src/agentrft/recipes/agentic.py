@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrft.envs.registry import shots_of, with_shots
+from agentrft.envs.finqa.shots import shots_of, with_shots
 from agentrft.recipes.agentic_settings import AgenticSettings, agentic_configs
 
 # The base policy evaluated on the prompt the trained one gets (`AgenticSettings.baseline_trained_prompt`).

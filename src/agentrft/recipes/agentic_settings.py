@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentrft.envs.registry import shots_of, with_shots
+from agentrft.envs.finqa.shots import shots_of, with_shots
 from agentrft.train.config.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.config.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 from agentrft.train.config.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
@@ -67,7 +67,7 @@ class AgenticSettings(BaseModel):
     @field_validator("trained_shots")
     @classmethod
     def _shots(cls, value: int | str | None) -> int | str | None:
-        from agentrft.envs.registry import parse_shots
+        from agentrft.envs.finqa.shots import parse_shots
         from agentrft.inputs import InputError
 
         try:

@@ -25,9 +25,9 @@ from agentrft.envs.finqa.expert import (
     report_programs,
 )
 from agentrft.envs.finqa.program import program_to_infix
+from agentrft.envs.finqa.shots import parse_shots
 from agentrft.envs.finqa.tools import DocumentIndex, FinqaToolState, finqa_tool_schemas, finqa_toolbox
 from agentrft.envs.plugins import EnvSpec
-from agentrft.envs.registry import parse_shots
 from agentrft.envs.toolbox_episode import ToolboxEpisode
 from agentrft.inputs import InputError
 from agentrft.types import Message, Task, ToolCall, ToolCallFunction
