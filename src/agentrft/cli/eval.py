@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from agentrft.cli.support import DEFAULT_DB, eval_result_of, fail, find_run, open_store, user_errors
+from agentrft.cli.support import DEFAULT_DB, eval_result_of, fail, open_store, user_errors
 from agentrft.eval.harness import LOCAL_COMPUTE_USD_PER_HOUR
 
 
@@ -64,7 +64,7 @@ def _compare(db: Path, run_a: str, run_b: str, as_json: bool) -> None:
 
     store = open_store(db)
     try:
-        a, b = find_run(store, run_a), find_run(store, run_b)
+        a, b = store.find_run(run_a), store.find_run(run_b)
         ra, rb = eval_result_of(store, a), eval_result_of(store, b)
     finally:
         store.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentrft.cli.support import DEFAULT_DB, fail, find_run, open_store, user_errors
+from agentrft.cli.support import DEFAULT_DB, fail, open_store, user_errors
 from agentrft.eval.exports import EXPORT_FORMATS
 from agentrft.pairs import DEFAULT_MARGIN, DEFAULT_PAIRS_PER_TASK
 
@@ -36,7 +36,7 @@ def export_command(
         try:
             n = export_run(
                 store,
-                find_run(store, run).id,
+                store.find_run(run).id,
                 fmt,  # type: ignore[arg-type]
                 out,
                 margin=margin,

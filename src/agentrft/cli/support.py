@@ -115,11 +115,6 @@ def open_store(db: Path, *, create: bool = False) -> Store:
         raise fail(str(err)) from None
 
 
-def find_run(store: Store, ref: str) -> Run:
-    """A run by id, else by its name (`Store.find_run`)."""
-    return store.find_run(ref)
-
-
 def eval_result_of(store: Store, run: Run) -> EvalResult:
     """The run's stored EvalResult, or one summarised from its trajectories."""
     from agentrft.eval.harness import result_from_run, summarize

@@ -142,17 +142,15 @@ def demo_configs(
 
 
 def _check_env(spec: str, environment: Any, cfg: Any) -> None:
-    """An environment the demo learns from rewards alone: held-out tasks the training never sees, and what the
-    config names (`check_references`); the curriculum off where its tasks carry no level."""
+    """An environment the demo learns from rewards alone: held-out tasks the training never sees; the
+    curriculum off where its tasks carry no level."""
     from agentrft.envs.jsonl import JsonlEnv
     from agentrft.train.config import ConfigError
-    from agentrft.train.config.check import check_references
 
     if isinstance(environment, JsonlEnv) and environment._valid is None:
         raise ConfigError(f"{spec}: a jsonl environment's held-out split is its training file; add ?valid=FILE")
     if not environment.tasks("held-out"):
         raise ConfigError(f"{spec}: the environment has no held-out tasks to evaluate")
-    check_references(cfg, env=environment)
     if cfg.rollout.curriculum.enabled and not _has_levels(environment.tasks(cfg.rollout.split)):
         cfg.rollout.curriculum.enabled = False  # it draws by level; tasks with none: the seeded shuffle
 
@@ -174,6 +172,7 @@ def run_demo(
     from agentrft.samplers.base import SamplingParams
     from agentrft.samplers.policies import load_trainable_policy
     from agentrft.store import RUN_STORE_NAME, Store
+    from agentrft.train.config.check import check_references
     from agentrft.train.loop import Components, train
 
     cfg, ei_cfg = demo_configs(settings, overrides or [], env, expert_iteration)
@@ -183,10 +182,7 @@ def run_demo(
     environment = make_env(cfg.rollout.env)
     if env is not None:  # checked before the policy loads: the evals need held-out tasks the training never sees
         _check_env(env, environment, cfg)
-    else:  # what the --set options name (e.g. rollout.branch's parents), before the policy loads
-        from agentrft.train.config.check import check_references
-
-        check_references(cfg, env=environment)
+    check_references(cfg, env=environment)  # what the config and --set options name, before the policy loads
     grader = load_grader(cfg.rollout.grader or environment.grader_spec())
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)

@@ -81,6 +81,6 @@ async def branch(
         tool_format=tool_format,
         params=params,
         progress=False,
-        prefix=prefix_of(parent, turn),
+        prefixes={task.id: prefix_of(parent, turn)},
     )
     return await runner.run([task], samples, run_id=run_id)

@@ -115,7 +115,7 @@ class Runner:
         player: EpisodePlayer | None = None,
         seed: int | None = None,
         lockstep: bool = True,
-        prefix: EpisodePrefix | None = None,
+        prefixes: Mapping[str, EpisodePrefix] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -127,9 +127,9 @@ class Runner:
         self.wall_time_s = wall_time_s
         self.player = player
         self.seed = seed
-        self.prefix = prefix  # every episode continues this recorded one from its turn (`rollout.replay`)
-        # or per task: a task's episodes continue its own recorded one (`train/rl/branches.py`)
-        self.prefixes: Mapping[str, EpisodePrefix] = {}
+        # task id -> a recorded episode that task's episodes continue from its turn (`rollout.replay`,
+        # `train/rl/branches.py`); other tasks start from the prompt
+        self.prefixes: Mapping[str, EpisodePrefix] = prefixes or {}
         # metadata every episode of the following runs carries from the moment it is stored (a training loop
         # sets {"step": N}: a resumed run tells the steps it keeps from those it redoes by it)
         self.tags: dict[str, Any] = {}
@@ -154,7 +154,7 @@ class Runner:
                     group_id=group_id,
                     policy_version=policy_version,
                     group_key=group_id,
-                    prefix=self.prefixes.get(task.id, self.prefix),
+                    prefix=self.prefixes.get(task.id),
                 )
         traj.metadata.update(self.tags)
         if self.grader is not None:

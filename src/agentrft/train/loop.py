@@ -318,7 +318,7 @@ def _grpo_step(
     if r.branch is not None:  # groups continue recorded episodes from a turn (train/rl/branches.py)
         with Store.open_existing(r.branch.db) as parents:
             source = BranchSource.from_store(r.branch, parents, tasks, cfg.seed, comps.env.tool_schema_hash())
-        runner.prefixes = source.prefixes()
+        runner.prefixes = source.prefixes
     else:
         source = task_source(
             tasks, r.curriculum, cfg.seed, state.extra.get("curriculum"), r.expert_per_group / r.group_size

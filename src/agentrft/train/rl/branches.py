@@ -58,7 +58,7 @@ class BranchSource:
         if not parents:
             raise InputError(f"rollout.branch: no parent episode to branch from ({_reasons(left_out)})")
         self.tasks = [task for task, _ in parents]
-        self._prefixes = {task.id: prefix for task, prefix in parents}
+        self.prefixes = {task.id: prefix for task, prefix in parents}  # the runner's ``prefixes``
         self.seed, self.left_out = seed, left_out
 
     @classmethod
@@ -73,32 +73,22 @@ class BranchSource:
         left_out: Counter[str] = Counter()
         for traj in store.query_trajectories(run_id=run.id):
             turn = branch_turn(traj, cfg.turn)
-            why = (
-                "not_in_split"
-                if traj.task_id not in by_id
-                else "tool_schema_drift"
-                if tool_schema_hash is not None and traj.env.tool_schema_hash != tool_schema_hash
-                else "succeeded"
-                if cfg.failed_only and traj.grade is not None and traj.grade.success
-                else "no_turn"
-                if turn is None
-                else "task_taken"
-                if traj.task_id in parents
-                else None
-            )
-            if why is not None:
-                left_out[why] += 1
-                continue
-            assert turn is not None
-            parents[traj.task_id] = (by_id[traj.task_id], prefix_of(traj, turn))
+            if traj.task_id not in by_id:
+                left_out["not_in_split"] += 1
+            elif tool_schema_hash is not None and traj.env.tool_schema_hash != tool_schema_hash:
+                left_out["tool_schema_drift"] += 1
+            elif cfg.failed_only and traj.grade is not None and traj.grade.success:
+                left_out["succeeded"] += 1
+            elif turn is None:
+                left_out["no_turn"] += 1
+            elif traj.task_id in parents:
+                left_out["task_taken"] += 1
+            else:
+                parents[traj.task_id] = (by_id[traj.task_id], prefix_of(traj, turn))
         return cls(list(parents.values()), seed, left_out)
 
     def draw(self, cursor: int, n: int) -> list[Task]:
         return next_tasks(self.tasks, cursor, n, self.seed)
-
-    def prefixes(self) -> dict[str, EpisodePrefix]:
-        """Each parent task's recorded prefix, by task id (the runner's ``prefixes``)."""
-        return dict(self._prefixes)
 
     def observe(self, trajs: Sequence[Trajectory]) -> None:
         return None
