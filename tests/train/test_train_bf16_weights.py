@@ -40,3 +40,39 @@ def test_weights_gradients_and_states_stay_bf16_and_the_weights_move(tmp_path) -
 def test_bf16_weights_are_refused_where_they_cannot_train(sets, why) -> None:
     with pytest.raises((ConfigError, ValueError), match=why):
         F.config(**{**BF16, **sets})
+
+
+def test_the_chunked_step_is_torchaos_update() -> None:
+    """The eager chunked step (train/core/bf16_adamw.py) gives torchao's AdamW update: on fp32 weights (no
+    rounding) equal to torch's AdamW within float tolerance, chunk boundaries included; on bf16 weights each
+    element lands on one of the two bf16 neighbours of the fp32 update (stochastic rounding)."""
+    from agentrft.train.core.bf16_adamw import ChunkedBf16AdamW
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(37, 11), (5,), (300,)]
+    ref = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    kw = {"lr": 1e-2, "betas": (0.9, 0.95), "weight_decay": 0.1, "eps": 1e-8}
+    torch_opt = torch.optim.AdamW(ref, foreach=False, **kw)
+    chunked = ChunkedBf16AdamW(ours, chunk=64, **kw)  # 64 < 37 * 11: several chunks per tensor
+    for _ in range(3):
+        for a, b in zip(ref, ours, strict=True):
+            g = torch.randn(a.shape, generator=gen)
+            a.grad, b.grad = g.clone(), g.clone()
+        torch_opt.step()
+        chunked.step()
+    for a, b in zip(ref, ours, strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=1e-5, atol=1e-6)
+
+    w = torch.nn.Parameter(torch.randn(4096, generator=gen).to(torch.bfloat16))
+    start = w.detach().float().clone()
+    opt = ChunkedBf16AdamW([w], chunk=1000, **{**kw, "weight_decay": 0.0})
+    w.grad = torch.randn(4096, generator=gen).to(torch.bfloat16)
+    opt.step()
+    exact = start - 1e-2 * torch.sign(w.grad.float())  # Adam's first step: lr * g / |g|
+    lo = exact.to(torch.bfloat16).float()
+    up = torch.nextafter(lo.to(torch.bfloat16), torch.full_like(lo, float("inf")).to(torch.bfloat16)).float()
+    down = torch.nextafter(lo.to(torch.bfloat16), torch.full_like(lo, float("-inf")).to(torch.bfloat16)).float()
+    got = w.detach().float()
+    assert bool(((got == lo) | (got == up) | (got == down)).all())
+    assert opt.state[w]["exp_avg"].dtype == torch.bfloat16

@@ -149,7 +149,12 @@ class OptimizerConfig(_Cfg):
         "the training memory; full fine-tune with bf16 compute only",
     )
     micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")
-    logprob_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk")
+    logprob_chunk: int = Field(
+        default=256,
+        ge=1,
+        description="tokens per lm_head chunk: its fp32 logits, softmax and entropy are the update's largest "
+        "temporaries (about 5 x chunk x vocabulary x 4 bytes: 250 MB at 256 tokens and a 49k vocabulary)",
+    )
     shared_prefix: bool = Field(
         default=True,
         description="run each common token prefix (a group's prompt) once per micro-batch, as a prefix tree with a "

@@ -52,7 +52,7 @@ def sampled_logprobs(
     attention_mask: Tensor,
     loss_mask: Tensor,
     *,
-    chunk_size: int = 1024,
+    chunk_size: int = 256,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
     dist: Distribution = Distribution(),

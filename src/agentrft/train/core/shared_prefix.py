@@ -290,7 +290,7 @@ def shared_prefix_logprobs(
     input_ids: Tensor,
     loss_mask: Tensor,
     *,
-    chunk_size: int = 1024,
+    chunk_size: int = 256,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
     dist: Distribution = Distribution(),
