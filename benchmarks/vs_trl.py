@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/vs_trl.py [--steps 4] [--finetune full full-bf16 lora] [--json out.json]
 
 ``full-bf16`` is agentrft's full fine-tune with ``optimizer.weights: bf16`` (bf16 weights, gradients and
-AdamW states with stochastic rounding, torchao; the sampler in bf16 too), set beside TRL's ``full`` run
+AdamW states with stochastic rounding, `train/core/bf16_adamw.py`; the sampler in bf16 too), set beside TRL's ``full`` run
 (TRL runs once per fine-tune kind).
 
 TRL is an optional *benchmark* dependency, never a runtime one. It lives in its own venv

@@ -145,7 +145,7 @@ class OptimizerConfig(_Cfg):
         default="fp32",
         description="fp32: fp32 weights, gradients and AdamW states (bf16 autocast computes); bf16: the trained "
         "weights, their gradients and AdamW's states all in bf16, each update rounded stochastically so steps "
-        "smaller than bf16's spacing are not lost (torchao's AdamW, `pip install agentrft[lowmem]`): about half "
+        "smaller than bf16's spacing are not lost (train/core/bf16_adamw.py): about half "
         "the training memory; full fine-tune with bf16 compute only",
     )
     micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")

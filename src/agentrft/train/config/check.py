@@ -52,12 +52,8 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
         except InputError as exc:
             raise refuse("tripwires.check_grader", str(exc)) from None
     if cfg.optimizer.weights == "bf16":
-        import importlib.util
-
         from agentrft.precision import resolve
 
-        if importlib.util.find_spec("torchao") is None:
-            raise refuse("optimizer.weights", "bf16 needs torchao's AdamW: pip install 'agentrft[lowmem]'")
         if "fp32" in (resolve(cfg.policy.precision), resolve(cfg.policy.sampler_precision)):
             raise refuse(
                 "optimizer.weights",

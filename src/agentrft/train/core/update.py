@@ -55,13 +55,13 @@ def make_optimizer(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> to
     """AdamW with fp32 states. Fused where torch has a fused kernel for the parameters' device: one pass
     per tensor and no temporaries, where the default multi-tensor ("foreach") step allocates scratch
     copies the size of all parameters together (+540 MB at 135M parameters). ``opt.weights == "bf16"``:
-    torchao's AdamW update on bf16 parameters with bf16 states and stochastic rounding, stepped eagerly in
-    chunks (`train/core/bf16_adamw.py`)."""
+    AdamW on bf16 parameters with bf16 states and stochastic rounding, stepped in chunks
+    (`train/core/bf16_adamw.py`)."""
     kwargs: dict[str, Any] = {"lr": opt.lr, "betas": opt.betas, "weight_decay": opt.weight_decay}
     if opt.weights == "bf16":
-        from agentrft.train.core.bf16_adamw import ChunkedBf16AdamW  # imports torchao: agentrft[lowmem]
+        from agentrft.train.core.bf16_adamw import Bf16AdamW
 
-        return ChunkedBf16AdamW(params, **kwargs)
+        return Bf16AdamW(params, **kwargs)
     try:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):  # a device or dtype without the fused kernel
