@@ -29,17 +29,7 @@ from agentrft.envs.finqa.program import program_to_infix
 from agentrft.rollout.agent import prompt_messages, to_render
 from agentrft.rollout.formats import make_format
 from agentrft.samplers.chat_template import render_chat
-
-
-def _load(name: str) -> tuple[torch.nn.Module, object]:
-    from agentrft.samplers.policies import load_model_and_tokenizer
-
-    if name.startswith("hf:"):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        path = name[3:]
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
-    return load_model_and_tokenizer(name)
+from agentrft.samplers.policies import load_model_and_tokenizer
 
 
 def call_logprobs(model: torch.nn.Module, prompt: list[int], conts: list[list[int]]) -> list[tuple[float, float]]:
@@ -71,8 +61,8 @@ def main() -> None:
     tasks = env.tasks(args.split)
     fmt = make_format("xml", env.tool_schemas())
     for name in args.policy:
-        model, tok = _load(name)
-        model.eval()
+        model, tok = load_model_and_tokenizer(name)
+        model.float().eval()  # a checkpoint saved in bf16 scores in fp32 like the base
         rows: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
         for task in tasks:
             messages = [to_render(m, fmt) for m in prompt_messages(env, task, fmt)]

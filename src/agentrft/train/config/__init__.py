@@ -134,6 +134,10 @@ class PolicyConfig(_Cfg):
         return options
 
 
+# tokens per lm_head chunk (`optimizer.logprob_chunk`, and the log-prob functions' default, train/core/logprobs.py)
+LOGPROB_CHUNK = 256
+
+
 class OptimizerConfig(_Cfg):
     lr: float = Field(default=1e-5, gt=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -150,7 +154,7 @@ class OptimizerConfig(_Cfg):
     )
     micro_batch_tokens: int = Field(default=4096, ge=1, description="token budget (rows x longest row) per micro-batch")
     logprob_chunk: int = Field(
-        default=256,
+        default=LOGPROB_CHUNK,
         ge=1,
         description="tokens per lm_head chunk: its fp32 logits, softmax and entropy are the update's largest "
         "temporaries (about 5 x chunk x vocabulary x 4 bytes: 250 MB at 256 tokens and a 49k vocabulary)",

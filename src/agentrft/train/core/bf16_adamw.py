@@ -83,11 +83,11 @@ class Bf16AdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._update(p, group)
+                    self._update(p, p.grad, group)
         return loss
 
-    def _update(self, p: torch.nn.Parameter, group: dict[str, Any]) -> None:
-        if p.grad is None or p.grad.is_sparse or not p.is_contiguous():
+    def _update(self, p: torch.nn.Parameter, grad: torch.Tensor, group: dict[str, Any]) -> None:
+        if grad.is_sparse or not p.is_contiguous():
             raise RuntimeError("Bf16AdamW updates contiguous parameters with dense gradients")
         state = self.state[p]
         if not state:
@@ -98,7 +98,7 @@ class Bf16AdamW(torch.optim.Optimizer):
         t = float(state["step"])
         lr, (b1, b2), eps, wd = float(group["lr"]), group["betas"], group["eps"], group["weight_decay"]
         c1, c2 = 1 - b1**t, 1 - b2**t
-        flat = [x.view(-1) for x in (p.detach(), p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"])]
+        flat = [x.view(-1) for x in (p.detach(), grad.contiguous(), state["exp_avg"], state["exp_avg_sq"])]
         for start in range(0, p.numel(), self.chunk):
             w, g, m, v = (x[start : start + self.chunk] for x in flat)
             g32 = g.float()

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from agentrft.samplers.distribution import Distribution, entropy
+from agentrft.train.config import LOGPROB_CHUNK
 
 
 def _body_and_head(model: Any) -> tuple[Any, Any]:
@@ -52,7 +53,7 @@ def sampled_logprobs(
     attention_mask: Tensor,
     loss_mask: Tensor,
     *,
-    chunk_size: int = 256,
+    chunk_size: int = LOGPROB_CHUNK,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
     dist: Distribution = Distribution(),

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from agentrft.samplers.distribution import Distribution
 from agentrft.train.core.context_grad import gradient_columns, stop_context_hidden
-from agentrft.train.core.logprobs import _body_and_head, head_logprobs
+from agentrft.train.core.logprobs import LOGPROB_CHUNK, _body_and_head, head_logprobs
 from agentrft.train.core.packing import MicroBatch, PackedSequence, collate, plan_micro_batches
 from agentrft.train.core.segment_attention import NAME as SEGMENT_ATTENTION
 from agentrft.train.core.segment_attention import Segments, segment_forward
@@ -290,7 +290,7 @@ def shared_prefix_logprobs(
     input_ids: Tensor,
     loss_mask: Tensor,
     *,
-    chunk_size: int = 256,
+    chunk_size: int = LOGPROB_CHUNK,
     with_entropy: bool = True,
     use_checkpoint: bool = True,
     dist: Distribution = Distribution(),
