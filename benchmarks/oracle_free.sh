@@ -63,3 +63,17 @@ if [[ $which == all || $which == finqa-ei ]]; then
     --set rollout.curriculum.promote_at=0.5 --set rollout.curriculum.keep_share=0.3 \
     --set rollout.curriculum.min_episodes=16 > runs/fq3.json
 fi
+# (c'') then GRPO on level 2 alone from finqa-ei's policy: groups of 16 (with 8, most groups had one outcome),
+# 20 steps at lr 1e-5, the reward the numeric answer alone
+if [[ $which == all || $which == finqa-l2 ]]; then
+  $A demo --env 'finqa-lite:2' --seed 0 --run-dir runs/fq5 --json --set policy.name=hf:runs/fq3/policy --set steps=20 \
+    --set rollout.max_tokens=128 --set optimizer.lr=1e-5 --set rollout.group_size=16 > runs/fq5.json
+fi
+# level 3 (search, open, calculate; never trained on) for the trained policies and the base
+if [[ $which == all || $which == finqa-l3-eval ]]; then
+  for p in hf:runs/fq5/policy smollm2-135m hf:runs/fq3/policy; do
+    n=$(echo "$p" | tr ':/' '__')
+    $A eval --env 'finqa-lite:3' --policy "$p" --tasks 32 --samples 2 --temperature 0.7 --seed 0 --db runs/l3.db \
+      --name "l3-$n" --json > "runs/l3_$n.json"
+  done
+fi
