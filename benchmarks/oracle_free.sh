@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Learning from rewards alone on benchmarks written by others (issue: BFCL, reasoning-gym, finqa-lite without
-# its oracle). Each command starts from the base SmolLM2-135M, evaluates held-out tasks (64 episodes per level
-# or category at T=0.7), trains on its own graded rollouts only, evaluates again and writes a paired test per
-# level to RUN_DIR/demo.json. Figures and the CPU they ran on: docs/benchmarks.md. Run from the repo root after
+# its oracle). Each command starts from the base SmolLM2-135M (finqa-l2 from finqa-ei's policy, which was built
+# from it), evaluates held-out tasks (64 episodes per level or category at T=0.7), trains on its own graded
+# rollouts only, evaluates again and writes a paired test per level to RUN_DIR/demo.json. Figures and the CPU they ran on: docs/benchmarks.md. Run from the repo root after
 # `bash scripts/setup.sh`; each stage is a few minutes to ~50 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
