@@ -1,33 +1,23 @@
-"""Paired test of level 2 across the whole oracle-free chain: base (fq3's baseline) vs fq3 final vs fq5 final."""
+"""Paired tests on level 2 across the oracle-free chain, from the two runs' stores (run from the repo root):
+base (finqa-ei's baseline eval) -> finqa-ei's final eval -> finqa-l2's baseline (the same policy) -> its final."""
 
-import collections
-import sqlite3
-
-from agentrft.envs import make_env
+from agentrft.cli.support import eval_result_of
 from agentrft.eval.metrics import paired_test
-
-env = make_env("finqa-lite:1,2")
-lv = {t.id: t.data.get("level") for s in ("train", "held-out") for t in env.tasks(s)}
+from agentrft.store import Store
 
 
-def rates(db, name, level):
-    c = sqlite3.connect(db)
-    (rid,) = c.execute("select id from runs where name=?", (name,)).fetchone()
-    agg = collections.defaultdict(list)
-    for tid, s in c.execute("select task_id, success from trajectories where run_id=?", (rid,)):
-        if lv.get(tid) == level:
-            agg[tid].append(s or 0)
-    return {t: sum(v) / len(v) for t, v in agg.items()}
+def level_rates(db: str, run: str, level: str) -> dict[str, float]:
+    with Store.open_existing(db) as store:
+        result = eval_result_of(store, store.find_run(run))
+    return {t.task_id: t.success_rate for t in result.per_task if t.level == level}
 
 
-base = rates("runs/fq3/agentrft.db", "baseline", 2)
-fq3 = rates("runs/fq3/agentrft.db", "final", 2)
-fq5b = rates("runs/fq5/agentrft.db", "baseline", 2)
-fq5 = rates("runs/fq5/agentrft.db", "final", 2)
-for a, b, na, nb in [
-    (base, fq3, "base", "fq3"),
-    (fq3, fq5b, "fq3 final", "fq5 baseline (same policy)"),
-    (base, fq5, "base", "fq5"),
-]:
-    r = paired_test(a, b)
-    print(na, "->", nb, len(a), len(b), round(sum(a.values()) / len(a), 3), round(sum(b.values()) / len(b), 3), r)
+evals = {
+    "base": ("runs/fq3/agentrft.db", "baseline"),
+    "finqa-ei": ("runs/fq3/agentrft.db", "final"),
+    "finqa-l2 baseline": ("runs/fq5/agentrft.db", "baseline"),
+    "finqa-l2": ("runs/fq5/agentrft.db", "final"),
+}
+rates = {name: level_rates(db, run, "2") for name, (db, run) in evals.items()}
+for a, b in [("base", "finqa-ei"), ("finqa-ei", "finqa-l2 baseline"), ("base", "finqa-l2")]:
+    print(f"{a} -> {b}:", paired_test(rates[a], rates[b]))
