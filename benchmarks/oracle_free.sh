@@ -36,6 +36,14 @@ if [[ $which == all || $which == bfcl ]]; then
   $A demo --env 'bfcl:simple,multiple?shots=1' --set "rollout.grader=$G" --set rollout.max_tokens=128 \
     --run-dir runs/bfcl1 --json > runs/bfcl1.json
 fi
+# the same in the pythonic format ([f(a=1)], BFCL's own form for prompted models) with three call-only worked
+# examples, where the base model writes a call in most replies; the shaped part (0.3) now needs the call's
+# arguments to fit the function's parameters
+if [[ $which == all || $which == bfcl-py ]]; then
+  G='{"type": "multi", "graders": {"bfcl": {"type": "bfcl"}, "call": {"type": "tool_called", "successful": true}}, "calculate_output": "bfcl + 0.3 * call"}'
+  $A demo --env 'bfcl:simple?shots=3' --set rollout.tool_format=pythonic --set "rollout.grader=$G" \
+    --set rollout.max_tokens=96 --set steps=30 --run-dir runs/bfclpy --json > runs/bfclpy.json
+fi
 # (c) finqa-lite levels 1-3 without the oracle: GRPO with the classic curriculum (level 1 first, the next when
 # its rolling pass rate reaches 0.5), the answer plus a share of finqa_process's per-turn credit as the reward
 # (a grader reading gold data, not demonstrations), per-turn advantages

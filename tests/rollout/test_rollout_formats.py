@@ -124,5 +124,44 @@ def test_native_has_no_instructions_and_parses_hermes() -> None:
 
 
 def test_unknown_format_lists_valid_names() -> None:
-    with pytest.raises(ValueError, match="xml, hermes, native"):
+    with pytest.raises(ValueError, match="xml, hermes, native, pythonic"):
         make_format("yaml", TOOLS)
+
+
+def test_pythonic_round_trip_two_calls_in_one_list() -> None:
+    fmt = make_format("pythonic", TOOLS)
+    msg = _assistant(("calculate", {"expression": "5 - (3)"}), ("lookup", {"key": "a]b", "year": 2019}))
+    text = fmt.render_assistant(msg)
+    assert text.count("[") == 1 and text.startswith("[calculate(")
+    parsed = fmt.parse("Let me see. " + text + " then answer.")
+    assert _calls(parsed) == [("calculate", {"expression": "5 - (3)"}), ("lookup", {"key": "a]b", "year": 2019})]
+    assert parsed.content == "Let me see.  then answer."
+    assert fmt.stop_strings() == []
+    assert "[func_name1(param1=value1" in fmt.render_tool_instructions()
+
+
+def test_pythonic_positional_bare_dotted_and_literal_values() -> None:
+    fmt = make_format("pythonic", TOOLS)
+    assert _calls(fmt.parse('[lookup("k", year=1)]')) == [("lookup", {"key": "k", "year": 1})]
+    assert _calls(fmt.parse('I will call calculate(expression="2*3") now')) == [("calculate", {"expression": "2*3"})]
+    assert _calls(fmt.parse("[lookup(key=('a', 1), year=None)]")) == [("lookup", {"key": ["a", 1], "year": None})]
+    # an unknown name in a call list is still a call (the episode refuses it, as it refuses any unknown tool)
+    assert _calls(fmt.parse("[get_weather(city='Paris')]")) == [("get_weather", {"city": "Paris"})]
+    # a plain list is prose, not a call
+    assert fmt.parse("The values are [1, 2, 3].").has_calls is False
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("[calculate(expression=x)]", "must be a literal"),
+        ("[calculate(expression={1, 2})]", "must be a literal"),
+        ('[calculate(expression="1"', "not valid Python"),
+        ('[lookup("k", 1, 2)]', "keyword arguments"),
+        ("[calculate(**opts)]", "not **"),
+        ("[calculate(expression='1'), 7]", "must be a call"),
+    ],
+)
+def test_pythonic_malformed(text: str, needle: str) -> None:
+    parsed = make_format("pythonic", TOOLS).parse(text)
+    assert len(parsed.errors) == 1 and needle in parsed.errors[0]

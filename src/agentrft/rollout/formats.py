@@ -1,6 +1,6 @@
 """Tool-call text formats: how a tool call looks in the model's own text.
 
-Three formats, chosen per run (`tool_format=`):
+Four formats, chosen per run (`tool_format=`):
 
 * ``xml`` (default) — one tag per tool, named after the tool. A tool whose only
   parameter is a string takes the bare value, anything else takes a JSON object::
@@ -19,6 +19,12 @@ Three formats, chosen per run (`tool_format=`):
 * ``native`` — the chat template's own tool support: tools and `tool_calls`
   are passed to the template as they are; the model's text is parsed as hermes,
   which is what tool-aware templates (Qwen2.5, Hermes, SmolLM3) emit.
+* ``pythonic`` — a Python list of keyword calls, the form BFCL prompts models
+  without native tool support to write (and Llama 3.2's template uses)::
+
+      [calculate(expression="5829 - 5735"), open(doc_id="ACME-2019", page=2)]
+
+  Read with `ast`, never evaluated (`pythonic.py`).
 
 Parsing never raises: a call that cannot be read becomes a `ParseError` (a str
 carrying the raw text), which the agent loop shows to the model as a tool error.
@@ -35,8 +41,8 @@ from typing import Any, Literal
 
 from agentrft.types import Message, ToolCall, ToolCallFunction, new_id
 
-FormatName = Literal["xml", "hermes", "native"]
-FORMAT_NAMES: tuple[str, ...] = ("xml", "hermes", "native")
+FormatName = Literal["xml", "hermes", "native", "pythonic"]
+FORMAT_NAMES: tuple[str, ...] = ("xml", "hermes", "native", "pythonic")
 
 
 class ParseError(str):
@@ -303,13 +309,18 @@ class NativeFormat(HermesFormat):
         return ""
 
 
-_FORMATS: dict[str, type[ToolFormat]] = {"xml": XmlFormat, "hermes": HermesFormat, "native": NativeFormat}
-
-
 def make_format(name: str, tool_schemas: list[dict[str, Any]]) -> ToolFormat:
     """The format `name` for this tool set; an unknown name lists the valid ones."""
+    from agentrft.rollout.pythonic import PythonicFormat
+
+    formats: dict[str, type[ToolFormat]] = {
+        "xml": XmlFormat,
+        "hermes": HermesFormat,
+        "native": NativeFormat,
+        "pythonic": PythonicFormat,
+    }
     try:
-        cls = _FORMATS[name]
+        cls = formats[name]
     except KeyError:
         raise ValueError(f"unknown tool format {name!r}; valid: {', '.join(FORMAT_NAMES)}") from None
     return cls(tool_schemas)

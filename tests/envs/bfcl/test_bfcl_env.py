@@ -20,6 +20,7 @@ from agentrft.graders import load_grader
 from agentrft.inputs import InputError
 from agentrft.rollout.agent import run_episode
 from agentrft.samplers.base import ChatResult, SamplingParams
+from agentrft.tools.base import ToolResult
 from agentrft.types import Task
 
 OUTPUTS = json.loads(Path(__file__).with_name("bfcl_outputs.json").read_text())
@@ -165,14 +166,44 @@ def test_a_worked_example_is_in_the_prompt_only_when_asked_for_and_never_graded(
     output = next(o for o in OUTPUTS if o["category"] == "simple_python" and o["kind"] == "truth")
     task = tasks[output["id"]]
     assert BfclEnv(["simple"]).few_shot() == [] and make_env("bfcl:simple").few_shot() == []
-    env = make_env("bfcl:simple?shots=1")
+    env = make_env("bfcl:simple?shots=3")
     opening = env.initial_messages(task)
-    assert [m.role for m in opening] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    # single-turn: each example is a question and its call, the whole answer of such a task
+    assert [m.role for m in opening] == ["system", *(["user", "assistant"] * 3), "user"]
+    names = {m.tool_calls[0].function.name for m in opening if m.tool_calls}
+    offered = {
+        f["name"]
+        for category in package.SINGLE_TURN + package.MULTI_TURN
+        if not category.startswith("live_")
+        for entry, _ in package.load_category(category)
+        for f in entry["function"]
+    }
+    assert len(names) == 3 and not names & offered
     traj = asyncio.run(run_episode(env, ReplayChat([output["result"]]), task, params=PARAMS))
     assert model_result(traj, task.data) == output["result"]
     assert load_grader({"type": "bfcl"}).grade(traj, task.data).success
-    with pytest.raises(InputError, match="shots must be 0 or 1"):
-        make_env("bfcl:simple?shots=2")
+    multi = next(t for t in tasks.values() if t.data["category"] == "multi_turn_base")
+    roles = [m.role for m in make_env("bfcl:multi_turn_base?shots=1").initial_messages(multi)]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
+    with pytest.raises(InputError, match="shots must be 0 to 3"):
+        make_env("bfcl:simple?shots=4")
+
+
+def test_a_single_turn_call_is_refused_when_its_arguments_do_not_fit(tasks: dict[str, Task]) -> None:
+    task = next(t for t in tasks.values() if t.data["category"] == "simple_python")
+    (fn,) = task.data["bfcl"]["function"]
+    name, required = fn["name"].replace(".", "_"), fn["parameters"]["required"]
+    params = list(fn["parameters"]["properties"])
+
+    def result(arguments: dict[str, Any] | str, called: str = name) -> ToolResult:
+        return asyncio.run(BfclEnv(["simple"]).start(task).call_tool(called, arguments))
+
+    assert result(dict.fromkeys(required, 1)).error is None
+    assert result(dict.fromkeys(params, 1)).error is None
+    assert result({**dict.fromkeys(required, 1), "not_a_param": 1}).error_kind == "bad_arguments"
+    assert result(dict.fromkeys(required[1:], 1)).error_kind == "bad_arguments"
+    assert result("5").error_kind == "bad_arguments"
+    assert result({}, called="nope").error_kind == "unknown_tool"
 
 
 def test_the_xml_format_reads_calls_to_functions_miss_func_announces_later(tasks: dict[str, Task]) -> None:

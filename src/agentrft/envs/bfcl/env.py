@@ -18,9 +18,12 @@ An episode is played as the benchmark defines it, in the policy's tool-call form
 
 Grading is the package's own evaluator on the episode's calls (``bfcl`` grader, `grader.py`), so a score here
 is the official one on the same outputs. Split: a task is ``held-out`` when the SHA-256 of its id is 0 mod 4
-(about a quarter of each category), else ``train``; fixed by id, whatever the categories named. ``?shots=1``
-puts one worked example of a call (on a function no category has) in the prompt; the benchmark's own prompt
-is zero-shot, the default.
+(about a quarter of each category), else ``train``; fixed by id, whatever the categories named. ``?shots=N``
+(1 to 3) puts N worked examples in the prompt, on functions none of these categories offers (the first's name
+is also offered, with other parameters, by ``live_irrelevance``); the benchmark's own prompt is zero-shot, the
+default. An example is the question and the reply the task's category expects: for a single-turn category
+the call alone (its first turn is the whole answer), for a multi-turn one the call, its result and the plain
+reply that ends the user's turn.
 """
 
 from __future__ import annotations
@@ -44,10 +47,31 @@ SYSTEM_PROMPT = (
     "no function fits it or an argument is missing, reply in plain text without a function call."
 )
 RECORDED = "The call was recorded."
-# A worked example of the call format (`?shots=1`), on a function no category offers; the benchmark itself
-# prompts zero-shot (the default).
-EXAMPLE_QUESTION = "What will the weather be in Paris tomorrow, in celsius?"
-EXAMPLE_CALL = ("get_weather_forecast", {"city": "Paris", "days_ahead": 1, "unit": "celsius"})
+# Worked examples of the call format (`?shots=N`): question, call, the call's result, the reply after it. The
+# benchmark itself prompts zero-shot (the default).
+EXAMPLES: tuple[tuple[str, str, dict[str, Any], str, str], ...] = (
+    (
+        "What will the weather be in Paris tomorrow, in celsius?",
+        "get_weather_forecast",
+        {"city": "Paris", "days_ahead": 1, "unit": "celsius"},
+        '{"high": 21, "low": 13}',
+        "Tomorrow in Paris: a high of 21 and a low of 13 degrees celsius.",
+    ),
+    (
+        "Book a table for 4 at Luigi's at 19:30.",
+        "book_table_reservation",
+        {"restaurant": "Luigi's", "party_size": 4, "time": "19:30"},
+        '{"confirmed": true, "reference": "L-2291"}',
+        "Your table for 4 at Luigi's is booked for 19:30 (reference L-2291).",
+    ),
+    (
+        "Set the thermostat to heat the house to 21 degrees.",
+        "set_thermostat_mode",
+        {"mode": "heat", "target_celsius": 21},
+        '{"mode": "heat", "target_celsius": 21}',
+        "The thermostat now heats to 21 degrees.",
+    ),
+)
 # The episode's assistant turns: 5 per user turn on average, in one budget for the whole episode (the benchmark
 # allows 20 steps within each user turn; a small model that loops would fill an 8k context long before).
 STEPS_PER_TURN = 5
@@ -63,8 +87,8 @@ class BfclEnv(Environment):
 
     def __init__(self, categories: list[str], *, shots: int = 0, limits: EnvLimits | None = None) -> None:
         self.categories = [package.category_name(c) for c in categories]
-        if shots not in (0, 1):
-            raise InputError(f"bfcl shots must be 0 or 1 (one worked example of a call), got {shots}")
+        if not 0 <= shots <= len(EXAMPLES):
+            raise InputError(f"bfcl shots must be 0 to {len(EXAMPLES)} (worked examples of a call), got {shots}")
         self.shots = shots
         self.limits = limits or EnvLimits(
             max_turns=1, max_tokens_per_turn=256, max_total_tokens=8192, max_tool_calls=16
@@ -109,25 +133,27 @@ class BfclEnv(Environment):
             return self.limits
         return self.limits.model_copy(update={"max_turns": STEPS_PER_TURN * len(task.data["bfcl"]["question"])})
 
-    def few_shot(self) -> list[Message]:
-        """With ``shots=1``: one worked example of a call and the reply after it (`EXAMPLE_CALL`)."""
-        if not self.shots:
-            return []
-        name, arguments = EXAMPLE_CALL
-        call = ToolCall(id="example_1", function=ToolCallFunction(name=name, arguments=json.dumps(arguments)))
-        return [
-            Message(role="user", content=EXAMPLE_QUESTION),
-            Message(role="assistant", content=None, tool_calls=[call]),
-            Message(role="tool", tool_call_id="example_1", name=name, content='{"high": 21, "low": 13}'),
-            Message(role="assistant", content="Tomorrow in Paris: a high of 21 and a low of 13 degrees celsius."),
-        ]
+    def few_shot(self, single_turn: bool = False) -> list[Message]:
+        """The ``shots`` worked examples (`EXAMPLES`): each the question and its call, then, unless
+        `single_turn`, the call's result and the plain reply after it."""
+        out: list[Message] = []
+        for i, (question, name, arguments, result, answer) in enumerate(EXAMPLES[: self.shots], 1):
+            call = ToolCall(id=f"example_{i}", function=ToolCallFunction(name=name, arguments=json.dumps(arguments)))
+            out += [Message(role="user", content=question), Message(role="assistant", content=None, tool_calls=[call])]
+            if not single_turn:
+                out += [
+                    Message(role="tool", tool_call_id=call.id, name=name, content=result),
+                    Message(role="assistant", content=answer),
+                ]
+        return out
 
     def initial_messages(self, task: Task) -> list[Message]:
         """The system prompt (with a system message the task brings, as the live categories do), the worked
-        example where asked for, then the task's messages."""
+        examples where asked for, then the task's messages."""
         system = [self.system_prompt(), *(m.text() for m in task.messages if m.role == "system")]
         own = [m for m in task.messages if m.role != "system"]
-        return [Message(role="system", content="\n\n".join(system)), *self.few_shot(), *own]
+        examples = self.few_shot(single_turn=task.data["category"] not in package.MULTI_TURN)
+        return [Message(role="system", content="\n\n".join(system)), *examples, *own]
 
     def grader_spec(self) -> dict[str, Any]:
         return {"type": "bfcl", "name": "bfcl"}
@@ -159,16 +185,30 @@ class BfclEnv(Environment):
 
 
 class SingleTurnEpisode(Episode):
-    """The first turn's calls are the answer: recorded, and the episode ends after them."""
+    """The first turn's calls are the answer: recorded, and the episode ends after them. A call is refused
+    (an error result) when its name is not offered, or its arguments are not among the function's parameters
+    or leave a required one out; the grade reads the calls, not these results, so they only tell a training
+    reward (``tool_called``) which calls were well formed."""
 
     def __init__(self, task: Task) -> None:
         self.task = task
-        self.allowed = package.allowed_calls(task.data["bfcl"]["function"])
+        functions = task.data["bfcl"]["function"]
+        self.allowed = package.allowed_calls(functions)
+        self.required = {
+            f["name"].replace(".", "_"): set((f.get("parameters") or {}).get("required") or []) for f in functions
+        }
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         self.finished = True
         if name not in self.allowed:
             return error_result(f"Error: unknown function {name!r}.", "unknown_tool")
+        given = set(arguments) if isinstance(arguments, dict) else None
+        if given is None or not given <= self.allowed[name] or not self.required[name] <= given:
+            return error_result(
+                f"Error: {name} takes arguments among {', '.join(sorted(self.allowed[name])) or 'none'}, "
+                f"needing {', '.join(sorted(self.required[name])) or 'none'}.",
+                "bad_arguments",
+            )
         return ToolResult(content=RECORDED)
 
 
