@@ -216,3 +216,29 @@ def test_the_xml_format_reads_calls_to_functions_miss_func_announces_later(tasks
     assert name not in {s["function"]["name"] for s in env.task_tool_schemas(task)}
     parsed = make_format("xml", env.task_parse_schemas(task)).parse(f"<{name}>{{}}</{name}>")
     assert [c.function.name for c in parsed.tool_calls] == [name]
+
+
+def test_partial_credit_follows_the_checkers_order_and_success_stays_the_verdict(tasks: dict[str, Task]) -> None:
+    output = next(o for o in OUTPUTS if o["category"] == "simple_python" and o["kind"] == "truth")
+    task = tasks[output["id"]]
+    ((name, raw),) = output["result"][0].items()
+    right = json.loads(raw)
+    key = next(k for k, v in right.items() if isinstance(v, str | int | float) and not isinstance(v, bool))
+    required = task.data["bfcl"]["function"][0]["parameters"]["required"]
+    wrong_type = [1.5] if not isinstance(right[key], list) else "x"
+    wrong_value = right[key] + "zz" if isinstance(right[key], str) else right[key] + 7
+    cases = {
+        "right": ({name: raw}, 1.0),
+        "wrong name": ({name + "_x": raw}, 0.0),
+        "missing required": ({name: json.dumps({k: v for k, v in right.items() if k != required[0]})}, 0.1),
+        "unexpected param": ({name: json.dumps({**right, "not_a_param": 1})}, 0.1),
+        "wrong type": ({name: json.dumps({**right, key: wrong_type})}, 0.2),
+        "wrong value": ({name: json.dumps({**right, key: wrong_value})}, 0.3),
+    }
+    plain, partial = load_grader({"type": "bfcl"}), load_grader({"type": "bfcl", "partial": True})
+    for case, (call, credit) in cases.items():
+        traj = asyncio.run(run_episode(BfclEnv(["simple"]), ReplayChat([[call]]), task, params=PARAMS))
+        got, official = partial.grade(traj, task.data), plain.grade(traj, task.data)
+        assert got.reward == pytest.approx(credit), (case, got)
+        assert got.success is official.success is (credit == 1.0), case
+        assert official.reward == pytest.approx(1.0 if credit == 1.0 else 0.0), case

@@ -11,6 +11,12 @@ An episode becomes the model result the benchmark's OpenAI function-calling hand
 
 The item is the task's data (``bfcl``: the test entry, ``truth``: its ground truth, ``category``). Reward 1 when
 the package's verdict is valid, else 0, with the verdict's ``error_type`` in the grade's metadata.
+
+``partial: true`` (a training reward, not the benchmark's score): an invalid single-turn verdict earns credit by
+how far the package's AST checker got before it failed the call, in the checker's own order of checks: the
+right function but a required parameter missing or an unknown one given 0.1, the right parameter names but a
+value of the wrong type 0.2, the right types but a wrong value (or a missing optional one) 0.3
+(`PARTIAL_CREDIT`). Success stays the valid verdict alone (reward 1).
 """
 
 from __future__ import annotations
@@ -58,8 +64,25 @@ def model_result(traj: Trajectory, item: dict[str, Any]) -> Any:
     return turns
 
 
+# error_type (or its kind before ":") of an invalid AST verdict -> credit under ``partial``
+PARTIAL_CREDIT = {
+    "simple_function_checker:missing_required": 0.1,
+    "simple_function_checker:unexpected_param": 0.1,
+    "type_error": 0.2,
+    "value_error": 0.3,
+    "simple_function_checker:missing_optional": 0.3,
+}
+
+
+def partial_credit(error_type: str | None) -> float:
+    if not error_type:
+        return 0.0
+    return PARTIAL_CREDIT.get(error_type, PARTIAL_CREDIT.get(error_type.split(":")[0], 0.0))
+
+
 class BfclSpec(SpecBase):
     type: Literal["bfcl"]
+    partial: bool = False
 
 
 @register_grader("bfcl")
@@ -68,7 +91,11 @@ class BfclGrader(Grader):
 
     @classmethod
     def build(cls, spec: BfclSpec, where: str, options: LoadOptions) -> BfclGrader:
-        return cls(spec.name or "bfcl", spec.pass_threshold)
+        return cls(spec.name or "bfcl", spec.pass_threshold, partial=spec.partial)
+
+    def __init__(self, name: str, pass_threshold: float | None = None, *, partial: bool = False) -> None:
+        super().__init__(name, pass_threshold)
+        self.partial = partial
 
     def score(self, sample: Sample, item: dict[str, Any]) -> Score:
         if sample.trajectory is None:
@@ -84,4 +111,7 @@ class BfclGrader(Grader):
         valid = bool(verdict.get("valid"))
         error = verdict.get("error")
         error_type = verdict.get("error_type") or (error.get("error_type") if isinstance(error, dict) else None)
-        return Score(1.0 if valid else 0.0, metadata={"valid": valid, "error_type": error_type})
+        value = 1.0 if valid else 0.0
+        if self.partial and not valid and category not in package.MULTI_TURN:
+            value = partial_credit(error_type)
+        return Score(value, metadata={"valid": valid, "error_type": error_type})
