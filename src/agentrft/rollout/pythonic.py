@@ -28,7 +28,6 @@ from agentrft.rollout.formats import (
     ToolFormat,
     _arguments,
     _call,
-    _tool_index,
 )
 from agentrft.types import Message, ToolCall
 
@@ -114,7 +113,7 @@ class PythonicFormat(ToolFormat):
         written = ast.unparse(node.func)
         name = self._known(written) or written
         arguments: dict[str, Any] = {}
-        params = list(((self.tools.get(name, {}).get("parameters") or {}).get("properties") or {}))
+        params = list((self.tools.get(name, {}).get("parameters") or {}).get("properties") or {})
         if node.args:
             if len(node.args) > len(params):
                 return ParseError(f"{name}() takes keyword arguments, e.g. {name}(key=value)", raw, name)
