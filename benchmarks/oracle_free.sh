@@ -21,6 +21,8 @@ fi
 # (b) BFCL: base model on every category (official per-category accuracy), then GRPO on single-turn categories
 # with a shaped training reward (the official verdict + 0.3 for calling an offered function; success, and every
 # reported figure, is the official verdict alone)
+# (measured 2026-12-06, when ?shots=1's example for a single-turn category also carried the call's result and a
+# plain reply; it is the call alone since 2026-12-07)
 if [[ $which == all || $which == bfcl-base ]]; then
   # the xml format holds one call per turn, so the parallel categories are played in hermes (<tool_call> JSON)
   $A eval --env 'bfcl:simple,multiple,irrelevance?shots=1' --tasks 32 --samples 2 \
