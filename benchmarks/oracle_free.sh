@@ -53,6 +53,14 @@ if [[ $which == all || $which == bfcl-py2 ]]; then
     --set 'rollout.grader={"type": "bfcl", "partial": true}' --set rollout.max_tokens=96 --set steps=25 \
     --set rollout.tasks_per_step=8 --run-dir runs/bfclpy2 --json > runs/bfclpy2.json
 fi
+# the same from the base with irrelevance mixed into training (its verdict pays for declining), tasks drawn
+# from both categories in one seeded shuffle (no curriculum)
+if [[ $which == all || $which == bfcl-py-mix ]]; then
+  $A demo --env 'bfcl:simple,irrelevance?shots=3' --set rollout.tool_format=pythonic \
+    --set 'rollout.grader={"type": "bfcl", "partial": true}' --set rollout.max_tokens=96 --set steps=25 \
+    --set rollout.tasks_per_step=8 --set rollout.curriculum.enabled=false --run-dir runs/bfclpy-mix \
+    --json > runs/bfclpy-mix.json
+fi
 # every held-out simple task (91), not the demo's first 32: base and both trained policies, same seed
 if [[ $which == all || $which == bfcl-py-all ]]; then
   for policy in smollm2-135m hf:runs/bfclpy/policy hf:runs/bfclpy2/policy; do
