@@ -200,7 +200,10 @@ def test_train_config_errors_come_before_the_run_dir(tmp_path: Path) -> None:
         ("policy: {name: 'openai:gpt'}\n", "policy.name: 'openai:gpt' cannot be trained in process"),
         ("rollout: {grader: {type: nope}}\n", "rollout.grader: type: unknown grader type 'nope'"),
         ("rollout: {split: nope}\n", "rollout.split: unknown finqa-lite split 'nope'"),
-        ("rollout: {tool_format: json}\n", "rollout.tool_format: Input should be 'xml', 'hermes' or 'native'"),
+        (
+            "rollout: {tool_format: json}\n",
+            "rollout.tool_format: Input should be 'xml', 'hermes', 'native' or 'pythonic'",
+        ),
         ("# nothing\n", "empty config"),
     ):
         cfg = _write(tmp_path / "c.yaml", text)

@@ -84,7 +84,7 @@ def test_seed_and_tool_format_are_bounded_and_named():
     with pytest.raises(ConfigError, match=r"^--set seed: cannot use value '10{30}': integer out of range"):
         build_config({}, [f"seed={10**30}"])
     with pytest.raises(
-        ConfigError, match=r"^config: rollout\.tool_format: Input should be 'xml', 'hermes' or 'native'$"
+        ConfigError, match=r"^config: rollout\.tool_format: Input should be 'xml', 'hermes', 'native' or 'pythonic'$"
     ):
         build_config({"rollout": {"tool_format": "json"}})
 
