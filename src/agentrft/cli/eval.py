@@ -151,7 +151,7 @@ def eval_command(
         "xml",
         "--tool-format",
         help="How tool calls look in the model's text: xml (one call per turn), hermes (<tool_call> JSON, several "
-        "per turn) or native (the chat template's tools).",
+        "per turn), native (the chat template's tools) or pythonic ([f(a=1), g(b=2)]).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult (or comparison) as JSON."),
     faults: list[str] = typer.Option(

@@ -22,7 +22,7 @@ def rollout(
         8, "--tasks", min=1, help="How many tasks of the split (the first N, of each level where tasks have levels)."
     ),
     samples: int = typer.Option(1, "--samples", min=1, help="Episodes per task (the GRPO group size)."),
-    tool_format: str = typer.Option("xml", "--tool-format", help="xml, hermes or native."),
+    tool_format: str = typer.Option("xml", "--tool-format", help="xml, hermes, native or pythonic."),
     temperature: float = typer.Option(1.0, "--temperature", min=0.0),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Per-turn cap (default: the env's)."),
     concurrency: int = typer.Option(64, "--concurrency", min=1),

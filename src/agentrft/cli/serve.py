@@ -36,7 +36,9 @@ def serve(
     port: int = typer.Option(8000, "--port", min=1, max=65535),
     api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' on every request."),
     db: Path = typer.Option(Path("agentrft-serve.db"), "--db", help="SQLite store that records each completion."),
-    tool_format: str = typer.Option("xml", "--tool-format", help="How tool calls are written: xml, hermes, native."),
+    tool_format: str = typer.Option(
+        "xml", "--tool-format", help="How tool calls are written: xml, hermes, native, pythonic."
+    ),
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Default max_tokens when a request sets none."),
     max_tokens_limit: int = typer.Option(
         4096, "--max-tokens-limit", min=1, help="Largest max_tokens a request may ask for; more is a 400."
