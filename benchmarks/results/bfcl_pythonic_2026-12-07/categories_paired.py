@@ -11,10 +11,7 @@ CATEGORIES = {"1": "multiple", "2": "parallel", "3": "parallel_multiple", "4": "
 def rates(run: str) -> dict[str, dict[str, float]]:
     with Store.open_existing("runs/bfclpy_eval.db") as store:
         result = eval_result_of(store, store.find_run(run))
-    out: dict[str, dict[str, float]] = {}
-    for t in result.per_task:
-        out.setdefault(CATEGORIES[str(t.level)], {})[t.task_id] = t.success_rate
-    return out
+    return {category: result.task_rates(level) for level, category in CATEGORIES.items()}
 
 
 base, trained = rates("smollm2-135m"), rates("hf_runs_bfclpy2_policy")

@@ -9,7 +9,7 @@ from agentrft.store import Store
 def task_rates(db: str, run: str) -> dict[str, float]:
     with Store.open_existing(db) as store:
         result = eval_result_of(store, store.find_run(run))
-    return {t.task_id: t.success_rate for t in result.per_task}
+    return result.task_rates()
 
 
 evals = {

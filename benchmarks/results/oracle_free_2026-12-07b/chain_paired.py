@@ -9,7 +9,7 @@ from agentrft.store import Store
 def level_rates(db: str, run: str, level: str) -> dict[str, float]:
     with Store.open_existing(db) as store:
         result = eval_result_of(store, store.find_run(run))
-    return {t.task_id: t.success_rate for t in result.per_task if t.level == level}
+    return result.task_rates(level)
 
 
 evals = {

@@ -139,9 +139,9 @@ class EvalResult(_Model):
     status_counts: dict[str, int] = Field(default_factory=dict)
     per_task: list[TaskResult] = Field(default_factory=list)
 
-    def task_rates(self) -> dict[str, float]:
-        """Per-task success rate, the input of `metrics.paired_test`."""
-        return {t.task_id: t.success_rate for t in self.per_task}
+    def task_rates(self, level: str | None = None) -> dict[str, float]:
+        """Per-task success rate (of the tasks of `level` where given), the input of `metrics.paired_test`."""
+        return {t.task_id: t.success_rate for t in self.per_task if level is None or t.level == level}
 
 
 def _episode_tokens(t: Trajectory) -> tuple[int, int]:

@@ -368,8 +368,7 @@ def paired_tests(evals: dict[str, Any]) -> dict[str, dict[str, Any]]:
     def compare(base: Any, other: Any) -> dict[str, Any]:
         out = {}
         for level in sorted(base.per_level, key=int):
-            rates = [{t.task_id: t.success_rate for t in r.per_task if t.level == level} for r in (base, other)]
-            out[level] = paired_test(rates[0], rates[1]).model_dump(mode="json")
+            out[level] = paired_test(base.task_rates(level), other.task_rates(level)).model_dump(mode="json")
         return out
 
     out: dict[str, dict[str, Any]] = {}

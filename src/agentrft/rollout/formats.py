@@ -141,9 +141,13 @@ class ToolFormat(ABC):
         """The model text of an OpenAI assistant message: its content, then each call in this format."""
         msg = message if isinstance(message, Message) else Message.model_validate(message)
         parts = [msg.text()] if msg.text() else []
-        for call in msg.tool_calls or []:
-            parts.append(self.render_call(*_arguments(call)))
+        if msg.tool_calls:
+            parts.append(self.render_calls([_arguments(call) for call in msg.tool_calls]))
         return "\n".join(parts)
+
+    def render_calls(self, calls: list[tuple[str, dict[str, Any] | str]]) -> str:
+        """One message's calls as text: each on its own line."""
+        return "\n".join(self.render_call(name, arguments) for name, arguments in calls)
 
     @abstractmethod
     def parse(self, text: str) -> ParsedTurn:

@@ -26,10 +26,9 @@ from agentrft.rollout.formats import (
     ParsedTurn,
     ParseError,
     ToolFormat,
-    _arguments,
     _call,
 )
-from agentrft.types import Message, ToolCall
+from agentrft.types import ToolCall
 
 _IDENT = r"[A-Za-z_][\w.]*"
 # The start of a call list: "[" then a name and "(" (a plain list such as "[1, 2]" is prose).
@@ -53,13 +52,9 @@ class PythonicFormat(ToolFormat):
     def render_call(self, name: str, arguments: dict[str, Any] | str) -> str:
         return f"[{_render_one(name, arguments)}]"
 
-    def render_assistant(self, message: Message | dict[str, Any]) -> str:
-        """Content, then all of the message's calls in one list (a list is one reply's calls)."""
-        msg = message if isinstance(message, Message) else Message.model_validate(message)
-        parts = [msg.text()] if msg.text() else []
-        if msg.tool_calls:
-            parts.append("[" + ", ".join(_render_one(*_arguments(c)) for c in msg.tool_calls) + "]")
-        return "\n".join(parts)
+    def render_calls(self, calls: list[tuple[str, dict[str, Any] | str]]) -> str:
+        """All of a message's calls in one list (a list is one reply's calls)."""
+        return "[" + ", ".join(_render_one(name, arguments) for name, arguments in calls) + "]"
 
     def stop_strings(self) -> list[str]:
         return []
@@ -68,6 +63,13 @@ class PythonicFormat(ToolFormat):
         calls: list[ToolCall] = []
         errors: list[str] = []
         spans: list[tuple[int, int]] = []
+
+        def take(start: int, end: int, nodes: list[ast.expr]) -> None:
+            spans.append((start, end))
+            for node in nodes:
+                got = self._read(node, text[start:end])
+                (errors if isinstance(got, ParseError) else calls).append(got)  # type: ignore[arg-type]
+
         for m in _LIST_START.finditer(text):
             if spans and m.start() < spans[-1][1]:
                 continue
@@ -79,10 +81,7 @@ class PythonicFormat(ToolFormat):
                     errors.append(ParseError(f"call list is not valid Python: {_syntax(raw)}", raw, name.group(1)))
                     spans.append((m.start(), len(text)))
                 continue
-            spans.append((m.start(), end))
-            for node in nodes.elts:  # type: ignore[attr-defined]
-                got = self._read(node, text[m.start() : end])
-                (errors if isinstance(got, ParseError) else calls).append(got)  # type: ignore[arg-type]
+            take(m.start(), end, nodes.elts)  # type: ignore[attr-defined]
         if not spans and self.tools:
             names = "|".join(re.escape(n) for n in sorted(self.tools, key=len, reverse=True))
             for m in re.finditer(rf"(?<![\w.])({names})\s*\(", text):
@@ -90,9 +89,7 @@ class PythonicFormat(ToolFormat):
                     continue
                 end, node = _smallest(text, m.start(), ")", ast.Call)
                 if node is not None:
-                    spans.append((m.start(), end))
-                    got = self._read(node, text[m.start() : end])
-                    (errors if isinstance(got, ParseError) else calls).append(got)  # type: ignore[arg-type]
+                    take(m.start(), end, [node])
         prose, pos = [], 0
         for start, end in spans:
             prose.append(text[pos:start])

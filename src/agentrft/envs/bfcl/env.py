@@ -194,9 +194,7 @@ class SingleTurnEpisode(Episode):
         self.task = task
         functions = task.data["bfcl"]["function"]
         self.allowed = package.allowed_calls(functions)
-        self.required = {
-            f["name"].replace(".", "_"): set((f.get("parameters") or {}).get("required") or []) for f in functions
-        }
+        self.required = package.allowed_calls(functions, key="required")
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         self.finished = True

@@ -173,9 +173,10 @@ def safe_call(name: str, arguments: Any, allowed: dict[str, set[str]]) -> str | 
     return calls[0]
 
 
-def allowed_calls(functions: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """Function name (as offered, underscores for dots) → its parameter names."""
-    return {f["name"].replace(".", "_"): set((f.get("parameters") or {}).get("properties") or {}) for f in functions}
+def allowed_calls(functions: list[dict[str, Any]], key: str = "properties") -> dict[str, set[str]]:
+    """Function name (as offered, underscores for dots) → its parameter names (``key="required"``: the
+    required ones)."""
+    return {f["name"].replace(".", "_"): set((f.get("parameters") or {}).get(key) or []) for f in functions}
 
 
 def entry_calls(entry: dict[str, Any]) -> dict[str, set[str]]:
