@@ -366,3 +366,56 @@ def test_a_client_seed_is_ignored_and_counted_under_the_runs_sampling() -> None:
     served, plain, _ = client(["1", "2"])  # outside training the client's seed is honoured (choice i: seed + i)
     assert served.post("/v1/chat/completions", json=body).status_code == 200
     assert [r.params.seed for r in plain.requests] == [7, 8] and served.app.state.ignored_seeds == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--limit", "max_sessions"], "error: --limit 'max_sessions': expected KEY=VALUE, e.g. max_sessions=100"),
+        (["--limit", "sessions=5"], "error: --limit 'sessions=5': unknown key 'sessions'; valid: max_json_depth,"),
+        (["--limit", "context_tokens=99"], "error: --limit 'context_tokens=99': unknown key 'context_tokens'"),
+        (["--limit", "max_sessions=0"], "error: --limit max_sessions=0: Input should be greater than or equal to 1"),
+        (["--limit", "session_idle_s=soon"], "error: --limit session_idle_s=soon: Input should be a valid number"),
+    ],
+)
+def test_cli_limit_errors_name_the_pair_before_a_store_or_model(tmp_path, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from agentrft.cli.main import app
+
+    db = tmp_path / "serve.db"
+    r = CliRunner().invoke(app, ["serve", "--db", str(db), "--policy", "no-such-policy", *args])
+    assert r.exit_code == 2 and r.output.startswith(message), r.output
+    assert not db.exists()
+
+
+def test_cli_limits_reach_the_server(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import signal
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import agentrft.rollout.serve as serve_module
+    from agentrft.cli.main import app
+
+    seen: dict[str, ServeLimits] = {}
+    real_create_app = serve_module.create_app
+
+    def spy(*args, limits: ServeLimits, **kw):  # type: ignore[no-untyped-def]
+        seen["limits"] = limits
+        return real_create_app(*args, limits=limits, **kw)
+
+    monkeypatch.setattr(serve_module, "create_app", spy)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    args = ["serve", "--db", str(tmp_path / "s.db"), "--policy", "tiny", "--max-tokens", "64"]
+    args += ["--limit", "max_sessions=3", "--limit", "session_idle_s=2.5", "--limit", "header_timeout_s=4"]
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        r = CliRunner().invoke(app, args)
+    finally:  # serve installs its own handlers for the server's lifetime
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert r.exit_code == 0, r.output
+    limits = seen["limits"]
+    assert (limits.max_sessions, limits.default_max_tokens, limits.max_n) == (3, 64, 8)
+    assert limits.session_idle_s == pytest.approx(2.5) and limits.header_timeout_s == pytest.approx(4.0)

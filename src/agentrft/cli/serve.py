@@ -20,6 +20,35 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+# ServeLimits fields --limit may set: the rest have their own flags (--max-tokens, --max-tokens-limit,
+# --max-body-bytes) or come from the model (context_tokens)
+LIMIT_KEYS = (
+    "max_json_depth",
+    "max_n",
+    "max_session_requests",
+    "max_sessions",
+    "max_connections",
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_session_bytes",
+    "session_idle_s",
+)
+
+
+def parse_limits(pairs: list[str]) -> dict[str, str]:
+    """--limit KEY=VALUE pairs as a dict; a malformed pair or unknown key is a ValueError naming it."""
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise ValueError(f"--limit {pair!r}: expected KEY=VALUE, e.g. max_sessions=100")
+        if key not in LIMIT_KEYS:
+            raise ValueError(f"--limit {pair!r}: unknown key {key!r}; valid: {', '.join(LIMIT_KEYS)}")
+        values[key] = value.strip()
+    return values
+
+
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -45,6 +74,12 @@ def serve(
     ),
     max_body_bytes: int = typer.Option(
         2 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body; more is a 413, unread."
+    ),
+    limit: list[str] = typer.Option(
+        [],
+        "--limit",
+        help="Another server limit as KEY=VALUE (repeatable), e.g. --limit max_sessions=100 --limit "
+        "session_idle_s=600: " + ", ".join(LIMIT_KEYS) + ".",
     ),
     shutdown_timeout: int = typer.Option(
         5,
@@ -80,6 +115,20 @@ def serve(
     if max_tokens > max_tokens_limit:
         typer.echo(f"error: --max-tokens {max_tokens} exceeds --max-tokens-limit {max_tokens_limit}", err=True)
         raise typer.Exit(2)
+    from pydantic import ValidationError
+
+    from agentrft.rollout.serve_request import ServeLimits
+
+    try:
+        extra = parse_limits(limit)
+        ServeLimits.model_validate(extra)  # every bad value named before the store opens or the model loads
+    except ValueError as err:
+        if isinstance(err, ValidationError):
+            first = err.errors()[0]
+            key = str(first["loc"][0]) if first["loc"] else "?"
+            err = ValueError(f"--limit {key}={extra.get(key, '')}: {first['msg']}")
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -102,18 +151,21 @@ def serve(
         typer.echo(f"error: policy {policy!r} returns no token ids; serve needs an in-process policy", err=True)
         raise typer.Exit(2)
 
-    from agentrft.rollout.serve import ServeLimits, create_app
+    from agentrft.rollout.serve import create_app
     from agentrft.samplers.inprocess import InProcessPolicy
     from agentrft.types import Run
 
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
-    limits = ServeLimits(
-        default_max_tokens=max_tokens,
-        max_tokens_limit=max_tokens_limit,
-        max_body_bytes=max_body_bytes,
-        # in-process models say their positions; other token samplers enforce their own context
-        context_tokens=sampler.max_positions if isinstance(sampler, InProcessPolicy) else None,
+    limits = ServeLimits.model_validate(
+        {
+            **extra,
+            "default_max_tokens": max_tokens,
+            "max_tokens_limit": max_tokens_limit,
+            "max_body_bytes": max_body_bytes,
+            # in-process models say their positions; other token samplers enforce their own context
+            "context_tokens": sampler.max_positions if isinstance(sampler, InProcessPolicy) else None,
+        }
     )
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
