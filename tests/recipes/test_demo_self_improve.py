@@ -62,3 +62,20 @@ def test_the_expert_iteration_stage_plays_the_grpo_stages_episodes(tmp_path: Pat
     ei = yaml.safe_load((tmp_path / "run" / "expert-iteration" / "config.yaml").read_text())
     assert ei["rollout"]["tool_format"] == "hermes" and ei["rollout"]["max_tokens"] == 8
     assert ei["policy"]["name"] == "tiny" and ei["steps"] == 1
+
+
+def test_the_evals_grade_with_the_envs_grader_not_the_training_reward(tmp_path: Path, guess_env: str) -> None:
+    from agentrft.store import Store
+
+    shaped = '{"type": "multi", "graders": {"shaped": {"type": "env_reward", "name": "shaped"}}, '
+    shaped += '"calculate_output": "0.5 * shaped + 0.25"}'
+    settings = DemoSettings(quick=True, eval_tasks=2, eval_samples=1)
+    over = [*TINY, "rollout.max_tokens=8", f"rollout.grader={shaped}"]
+    run_demo(tmp_path / "run", settings, over, progress=False, env=guess_env)
+    summary = json.loads((tmp_path / "run" / "demo.json").read_text())
+    for stage in ("before", "after"):
+        assert set(summary[stage]["sub_reward_mean"]) == {"reward"}  # the env's env_reward grader, by its name
+    with Store.open_existing(tmp_path / "run" / "agentrft.db") as store:
+        trained = store.query_trajectories(run_id=store.find_run("run").id)  # the GRPO run, named for its dir
+    assert trained and all(t.grade is not None and set(t.grade.sub_rewards) == {"shaped"} for t in trained)
+    assert all(t.reward is not None and t.reward >= 0.25 - 1e-9 for t in trained)  # 0.5 * [0, 1] + 0.25

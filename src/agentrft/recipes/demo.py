@@ -164,7 +164,9 @@ def run_demo(
     env: str | None = None,
     expert_iteration: bool = False,
 ) -> DemoResult:
-    """Baseline eval, (expert iteration,) GRPO training, final eval, report — on one in-process policy."""
+    """Baseline eval, (expert iteration,) GRPO training, final eval, report — on one in-process policy.
+
+    The evals grade with the environment's own grader; `rollout.grader` is the training's reward only."""
     from agentrft.envs.registry import make_env
     from agentrft.eval.harness import evaluate
     from agentrft.eval.report import write_report
@@ -184,6 +186,9 @@ def run_demo(
         _check_env(env, environment, cfg)
     check_references(cfg, env=environment)  # what the config and --set options name, before the policy loads
     grader = load_grader(cfg.rollout.grader or environment.grader_spec())
+    # the evals score what the environment scores: a training reward set with rollout.grader (shaped, partial
+    # credit) is the training's choice, and its mean would not be the task's mean reward
+    eval_grader = load_grader(environment.grader_spec()) if cfg.rollout.grader else grader
     sampler = load_trainable_policy(cfg.policy.name, seed=cfg.seed, **cfg.policy.sampler_options())
     store = Store(run_dir / RUN_STORE_NAME)
     seconds["load"] = time.perf_counter() - t0
@@ -201,7 +206,7 @@ def run_demo(
             run_name=name,
             params=params,
             env_spec=cfg.rollout.env,
-            grader=grader,
+            grader=eval_grader,
             tool_format=cfg.rollout.tool_format,
             seed=cfg.seed,
             sampling_seed=cfg.seed + 7919,  # both evals draw from the same sampler seed stream
