@@ -387,35 +387,3 @@ def test_cli_limit_errors_name_the_pair_before_a_store_or_model(tmp_path, args: 
     r = CliRunner().invoke(app, ["serve", "--db", str(db), "--policy", "no-such-policy", *args])
     assert r.exit_code == 2 and r.output.startswith(message), r.output
     assert not db.exists()
-
-
-def test_cli_limits_reach_the_server(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    import signal
-
-    import uvicorn
-    from typer.testing import CliRunner
-
-    import agentrft.rollout.serve as serve_module
-    from agentrft.cli.main import app
-
-    seen: dict[str, ServeLimits] = {}
-    real_create_app = serve_module.create_app
-
-    def spy(*args, limits: ServeLimits, **kw):  # type: ignore[no-untyped-def]
-        seen["limits"] = limits
-        return real_create_app(*args, limits=limits, **kw)
-
-    monkeypatch.setattr(serve_module, "create_app", spy)
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
-    args = ["serve", "--db", str(tmp_path / "s.db"), "--policy", "tiny", "--max-tokens", "64"]
-    args += ["--limit", "max_sessions=3", "--limit", "session_idle_s=2.5", "--limit", "header_timeout_s=4"]
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        r = CliRunner().invoke(app, args)
-    finally:  # serve installs its own handlers for the server's lifetime
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    assert r.exit_code == 0, r.output
-    limits = seen["limits"]
-    assert (limits.max_sessions, limits.default_max_tokens, limits.max_n) == (3, 64, 8)
-    assert limits.session_idle_s == pytest.approx(2.5) and limits.header_timeout_s == pytest.approx(4.0)

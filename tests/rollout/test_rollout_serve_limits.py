@@ -309,6 +309,34 @@ def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -
     )
 
 
+def test_cli_limit_reaches_the_running_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    port = _free_port()
+    cmd = [sys.executable, "-m", "agentrft.cli.main", "serve", "--policy", "tiny", "--port", str(port)]
+    cmd += ["--db", str(tmp_path / "serve.db"), "--limit", "max_n=1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # a start-up bound, not a timing assertion
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/v1/models").status_code == 200:
+                    break
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+        chat = f"{url}/v1/chat/completions"
+        r = httpx.post(chat, json={"messages": USER, "max_tokens": 2, "n": 2}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
+        assert "more than this server allows (1)" in r.json()["error"]["message"]
+        assert httpx.post(chat, json={"messages": USER, "max_tokens": 2, "n": 1}, timeout=60).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 0 and "Traceback" not in stderr, stderr
+
+
 def test_a_half_sent_body_leaves_no_traceback(tiny: HFSampler, caplog: pytest.LogCaptureFixture) -> None:
     app = create_app(tiny)
     with caplog.at_level(logging.WARNING), live_server(app) as (url, _):
