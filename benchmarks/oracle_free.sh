@@ -112,15 +112,19 @@ fi
 # (c''') GRPO on level 3 from finqa-l2's policy, no oracle and no demonstrations: the reward the numeric answer
 # plus half of finqa_process's credit, read from gold data along the path (the search that lists the gold report,
 # opening it, a calculation on its figures, answering then), per-turn advantages, Dr. GRPO (no division by the
-# group's std, so process-only differences stay small); 4 tasks x 8 a step, 14 steps, lr 1e-5. The update runs
-# the context (prompt, search results, pages) forward without autograd (context_grad=stop): a first try with
-# the exact gradient and 6 tasks a step took 716 s for its first step (518 s of it the update) and was stopped.
+# group's std, so process-only differences stay small); 4 tasks x 8 a step, 8 steps, lr 1e-5 (constant). The
+# update runs the context (prompt, search results, pages) forward without autograd (context_grad=stop): a first
+# try with the exact gradient and 6 tasks a step took 716 s for its first step (518 s of it the update), stopped.
+# The 2026-12-07 run was started with steps=14 and stopped after its step-8 checkpoint for the session's time;
+# its weights were exported with benchmarks/results/finqa_l3_2026-12-07/export_checkpoint.py (with a constant
+# learning rate and the same seeded draws, steps=8 is the same run's first 8 steps).
 # The planned test, written before the run: every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired
-# against the base SmolLM2-135M (finqa-l3-base) and against finqa-l2's policy (l3-60-fq5).
+# against the base SmolLM2-135M (finqa-l3-base) and against finqa-l2's policy (on 2026-12-07 that one was not
+# rerun here: its 60-task figure is the stopped first try's baseline eval, runs/fq7, sampling seed 7919).
 if [[ $which == all || $which == finqa-l3 ]]; then
   G='{"type": "multi", "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "answer_when_done": 1.0}}, "calculate_output": "answer + 0.5 * process"}'
   $A train self-improve --seed 0 --run-dir runs/fq8 --json --set rollout.env=finqa-lite:3 \
-    --set policy.name=hf:runs/fq5/policy --set steps=14 --set rollout.max_tokens=128 --set optimizer.lr=1e-5 \
+    --set policy.name=hf:runs/fq5/policy --set steps=8 --set rollout.max_tokens=128 --set optimizer.lr=1e-5 \
     --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$G" \
     --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
     --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \

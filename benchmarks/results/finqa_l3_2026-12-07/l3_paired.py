@@ -1,7 +1,7 @@
 """Paired tests on finqa-lite level 3 (held-out, T = 0.7, seed 0), run from the repo root after
 `bash benchmarks/oracle_free.sh finqa-l3` and `finqa-l3-base`: the planned test over all 60 held-out tasks x 2
-(base SmolLM2-135M -> the level-3 GRPO policy; finqa-l2's policy -> it), and the same over the first 32 tasks,
-the protocol of the earlier level-3 rows."""
+(the base SmolLM2-135M -> the level-3 GRPO policy, runs/fq8; finqa-l2's policy, runs/fq5 -> it), and the same
+over the first 32 tasks, the protocol of the earlier level-3 rows."""
 
 from agentrft.cli.support import eval_result_of
 from agentrft.envs.registry import make_env
@@ -17,8 +17,8 @@ def level_rates(db: str, run: str) -> dict[str, float]:
 
 evals = {
     "base": ("runs/l3_60.db", "l3-60-base"),
-    "finqa-l2": ("runs/fq7/agentrft.db", "baseline"),
-    "finqa-l3": ("runs/fq7/agentrft.db", "final"),
+    "finqa-l2": ("runs/fq7/agentrft.db", "baseline"),  # the stopped first try's baseline eval (sampling seed 7919)
+    "finqa-l3": ("runs/l3_60.db", "l3-60-hf_runs_fq8_policy-step8"),  # the step-8 checkpoint, exported
 }
 rates = {name: level_rates(db, run) for name, (db, run) in evals.items()}
 first32 = [t.id for t in list(make_env("finqa-lite:3").tasks("held-out"))[:32]]  # what `eval --tasks 32` plays
