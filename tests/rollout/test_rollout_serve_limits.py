@@ -238,6 +238,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_until_serving(proc: subprocess.Popen[str], url: str) -> None:
+    """Until the served policy answers /v1/models (a start-up bound of 120 s, not a timing assertion)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/v1/models").status_code == 200:
+                return
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from agentrft.store import Store
@@ -251,13 +262,7 @@ def test_sigterm_finishes_or_abandons_in_flight_requests_and_exits_0(tmp_path) -
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/v1/models").status_code == 200:
-                    break
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.2)
+        _wait_until_serving(proc, url)
         chat = f"{url}/v1/chat/completions"
         for _ in range(2):  # finished before the signal
             assert httpx.post(chat, json={"messages": USER, "max_tokens": 3}, timeout=30).status_code == 200
@@ -316,13 +321,7 @@ def test_cli_limit_reaches_the_running_server(tmp_path) -> None:  # type: ignore
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120  # a start-up bound, not a timing assertion
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/v1/models").status_code == 200:
-                    break
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.2)
+        _wait_until_serving(proc, url)
         chat = f"{url}/v1/chat/completions"
         r = httpx.post(chat, json={"messages": USER, "max_tokens": 2, "n": 2}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
