@@ -119,14 +119,20 @@ def serve(
 
     from agentrft.rollout.serve_request import ServeLimits
 
-    try:
+    try:  # every bad value named before the store opens or the model loads
         extra = parse_limits(limit)
-        ServeLimits.model_validate(extra)  # every bad value named before the store opens or the model loads
+        flags = {
+            "default_max_tokens": max_tokens,
+            "max_tokens_limit": max_tokens_limit,
+            "max_body_bytes": max_body_bytes,
+        }
+        limits = ServeLimits.model_validate({**extra, **flags})
+    except ValidationError as err:  # the flags' own bounds are typer's, so the bad value is a --limit's
+        first = err.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else "?"
+        typer.echo(f"error: --limit {key}={extra.get(key, '')}: {first['msg']}", err=True)
+        raise typer.Exit(2) from None
     except ValueError as err:
-        if isinstance(err, ValidationError):
-            first = err.errors()[0]
-            key = str(first["loc"][0]) if first["loc"] else "?"
-            err = ValueError(f"--limit {key}={extra.get(key, '')}: {first['msg']}")
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     try:
@@ -157,16 +163,8 @@ def serve(
 
     run = Run(name=f"serve {policy}", kind="serve", config={"policy": policy, "tool_format": tool_format})
     store.add_run(run)
-    limits = ServeLimits.model_validate(
-        {
-            **extra,
-            "default_max_tokens": max_tokens,
-            "max_tokens_limit": max_tokens_limit,
-            "max_body_bytes": max_body_bytes,
-            # in-process models say their positions; other token samplers enforce their own context
-            "context_tokens": sampler.max_positions if isinstance(sampler, InProcessPolicy) else None,
-        }
-    )
+    if isinstance(sampler, InProcessPolicy):  # in-process models say their positions; others enforce their own
+        limits = limits.model_copy(update={"context_tokens": sampler.max_positions})
     app = create_app(sampler, store=store, tool_format=tool_format, api_key=api_key, run_id=run.id, limits=limits)
     typer.echo(f"serving {policy} on http://{host}:{port}/v1 (run {run.id}, recording to {db})", err=True)
     from agentrft.rollout.serve_http import server_config
