@@ -1,4 +1,5 @@
-"""`agentrft export`: a run's trajectories as OpenAI RFT rows, SFT, DPO pairs or Parquet."""
+"""`agentrft export`: a run's trajectories as OpenAI RFT rows, SFT, DPO pairs or Parquet; `agentrft export-policy`:
+a training run's checkpoint as a policy."""
 
 from __future__ import annotations
 
@@ -47,5 +48,23 @@ def export_command(
     typer.echo(f"wrote {n} {fmt} rows to {out}")
 
 
+def export_policy_command(
+    run_dir: Path = typer.Argument(..., help="A training run directory (config.yaml, checkpoints/)."),
+    out: Path = typer.Option(..., "--out", help="Directory to write the policy to (new or empty)."),
+    step: int = typer.Option(None, "--step", help="The checkpoint's step (default: the latest)."),
+) -> None:
+    """A run's checkpoint as a policy, in the form of the run's own final export: a full model directory that
+    loads back as hf:OUT, or a LoRA adapter. For a run stopped before its end, or an earlier step of one."""
+    with user_errors():
+        from agentrft.train.core.export import export_checkpoint
+
+        checkpoint = export_checkpoint(run_dir, out, step=step)
+    form = (
+        f"a LoRA adapter ({out}/adapter_config.json)" if (out / "adapter_config.json").exists() else f"policy hf:{out}"
+    )
+    typer.echo(f"wrote {checkpoint.name} of {run_dir} to {out}: {form}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("export")(export_command)
+    app.command("export-policy")(export_policy_command)
