@@ -24,8 +24,12 @@ import json
 import math
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MAX_DEPTH = 64
 MAX_VALUES = 1_000_000  # after YAML alias expansion; JSON cannot exceed its own length
@@ -34,6 +38,27 @@ _INT64 = 2**63
 
 class InputError(ValueError):
     """A file or value a person gave that agentrft refuses; the message is one line naming where."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The first problem pydantic found in a value (`first_problem`), the parts of a one-line error."""
+
+    field: str  # its dotted location, "" for the value as a whole
+    message: str  # pydantic's message without its "Value error, " prefix
+    others: int  # how many more problems pydantic found
+
+    @property
+    def more(self) -> str:
+        """ " (and N more)" when there are others, else ""."""
+        return f" (and {self.others} more)" if self.others else ""
+
+
+def first_problem(exc: ValidationError) -> Problem:
+    """The first of a pydantic ValidationError's problems: every one-line validation error starts from it."""
+    first = exc.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in first["loc"])
+    return Problem(field, str(first["msg"]).removeprefix("Value error, "), exc.error_count() - 1)
 
 
 def _at(where: str, message: str) -> str:

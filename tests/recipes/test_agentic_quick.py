@@ -227,7 +227,9 @@ def test_recipe_settings_are_set_by_name_and_bad_ones_are_named() -> None:
     assert base.late_replay == 64 and base.with_overrides([]) == base
     with pytest.raises(ValueError, match="recipe.nope=1.*KEY one of quick, levels"):
         base.with_overrides(["recipe.nope=1"])
-    with pytest.raises(ValueError, match="recipe.late_replay=-2.*greater than or equal to 0"):
+    with pytest.raises(
+        ValueError, match=r"recipe.late_replay=-2: recipe.late_replay: Input should be greater than or equal to 0$"
+    ):
         base.with_overrides(["recipe.late_replay=-2"])
     with pytest.raises(ValueError, match="late_levels: levels 1-4"):
         AgenticSettings(late_levels=[5])

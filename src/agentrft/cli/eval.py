@@ -238,12 +238,13 @@ def _agent(command: str, timeout_s: float, concurrency: int) -> Any:
     """``--agent-command``'s config, its program checked before any model loads."""
     from pydantic import ValidationError
 
+    from agentrft.inputs import first_problem
     from agentrft.rollout.agent_command import AgentCommandConfig
 
     try:
         agent = AgentCommandConfig(command=command, timeout_s=timeout_s, max_concurrency=concurrency)
     except ValidationError as exc:
-        raise fail(f"--agent-command: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", 2) from None
+        raise fail(f"--agent-command: {first_problem(exc).message}", 2) from None
     if (why := agent.missing_program()) is not None:
         raise fail(f"--agent-command: {why}", 2)
     return agent

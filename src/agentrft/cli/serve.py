@@ -117,6 +117,7 @@ def serve(
         raise typer.Exit(2)
     from pydantic import ValidationError
 
+    from agentrft.inputs import first_problem
     from agentrft.rollout.serve_request import ServeLimits
 
     try:  # every bad value named before the store opens or the model loads
@@ -128,9 +129,8 @@ def serve(
         }
         limits = ServeLimits.model_validate({**extra, **flags})
     except ValidationError as err:  # the flags' own bounds are typer's, so the bad value is a --limit's
-        first = err.errors()[0]
-        key = str(first["loc"][0]) if first["loc"] else "?"
-        typer.echo(f"error: --limit {key}={extra.get(key, '')}: {first['msg']}", err=True)
+        p = first_problem(err)  # ServeLimits is flat: the field is the key
+        typer.echo(f"error: --limit {p.field}={extra.get(p.field, '')}: {p.message}", err=True)
         raise typer.Exit(2) from None
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrft.envs.base import Environment, EnvironmentWrapper, Episode
-from agentrft.inputs import InputError
+from agentrft.inputs import InputError, first_problem
 from agentrft.tools.base import ToolResult
 from agentrft.types import Message, Task
 
@@ -80,9 +80,8 @@ class FaultSpec(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "faults"
-            raise InputError(f"faults {text!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
+            p = first_problem(exc)
+            raise InputError(f"faults {text!r}: {p.field or 'faults'}: {p.message}") from None
 
     def text(self) -> str:
         parts = [f"{k}={getattr(self, k):g}" for k in (*_RATES, "latency") if getattr(self, k)]

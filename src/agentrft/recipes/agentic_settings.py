@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrft.envs.finqa.shots import shots_of, with_shots
+from agentrft.inputs import first_problem
 from agentrft.train.config.presets import AGENTIC_DEMO_TASKS as DEMO_TASKS
 from agentrft.train.config.presets import AGENTIC_LATE_LEVELS as LATE_LEVELS
 from agentrft.train.config.presets import AGENTIC_LATE_REPLAY as LATE_REPLAY
@@ -106,8 +107,8 @@ class AgenticSettings(BaseModel):
         try:
             return type(self).model_validate(values)
         except ValidationError as err:
-            first = err.errors()[0]
-            raise ConfigError(f"--set {', '.join(items)}: {first['msg']} ({first['loc']})") from None
+            p = first_problem(err)
+            raise ConfigError(f"--set {', '.join(items)}: recipe.{p.field}: {p.message}") from None
 
     @classmethod
     def preset(cls, quick: bool) -> AgenticSettings:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentrft.inputs import InputError, read_json
+from agentrft.inputs import InputError, first_problem, read_json
 from agentrft.tools.base import ToolResult
 from agentrft.tools.registry import error_result, render_output
 
@@ -58,10 +58,9 @@ def parse_endpoints(value: Any, where: str) -> dict[str, HttpEndpoint]:
         try:
             out[name] = HttpEndpoint.model_validate(body)
         except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            field = f"{name}.{loc}" if loc else name
-            raise InputError(f"{where}: field '{field}': {err['msg'].removeprefix('Value error, ')}") from None
+            p = first_problem(exc)
+            field = f"{name}.{p.field}" if p.field else name
+            raise InputError(f"{where}: field '{field}': {p.message}") from None
     return out
 
 

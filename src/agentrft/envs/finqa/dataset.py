@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrft import inputs
-from agentrft.inputs import InputError
+from agentrft.inputs import InputError, first_problem
 
 
 class FinqaDataError(InputError):
@@ -49,10 +49,8 @@ class FinqaRecord(BaseModel):
 
 
 def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(record)"
-    more = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
-    return f"field {field}: {first['msg']}{more}"
+    p = first_problem(error)
+    return f"field {p.field or '(record)'}: {p.message}{p.more}"
 
 
 def parse_finqa_records(data: Any, source: str) -> list[FinqaRecord]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentrft.inputs import InputError, check_value, loads_yaml, read_structured
+from agentrft.inputs import InputError, check_value, first_problem, loads_yaml, read_structured
 from agentrft.precision import Precision
 from agentrft.rollout.agent_command import AgentCommandConfig
 from agentrft.train.config.algorithm import AlgorithmConfig
@@ -416,11 +416,8 @@ def build_config(base: dict[str, Any], overrides: Sequence[str] = (), source: st
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        msg = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {key + ': ' if key else ''}{msg}{more}") from None
+        p = first_problem(exc)
+        raise ConfigError(f"{source}: {p.field + ': ' if p.field else ''}{p.message}{p.more}") from None
 
 
 def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
