@@ -113,10 +113,9 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
-) -> TrainerState:
-    """Restore a checkpoint into live objects (in place) and return its TrainerState."""
+def load_trainable(path: Path, model: torch.nn.Module) -> None:
+    """Copy a checkpoint's trained tensors into ``model``'s parameters, which must be exactly its trainable ones
+    (ValueError otherwise)."""
     trainable = torch.load(path / "trainable.pt", weights_only=True)
     params = dict(model.named_parameters())
     missing = [n for n in trainable if n not in params]
@@ -129,6 +128,13 @@ def load_checkpoint(
     with torch.no_grad():
         for n, t in trainable.items():
             params[n].copy_(t)
+
+
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+) -> TrainerState:
+    """Restore a checkpoint into live objects (in place) and return its TrainerState."""
+    load_trainable(path, model)
     # weights_only=False: the numpy RNG state is not a tensor. Load only checkpoints you wrote.
     blob = torch.load(path / "trainer.pt", weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])

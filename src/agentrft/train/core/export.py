@@ -47,24 +47,16 @@ def export_checkpoint(run_dir: Path, out: Path, *, step: int | None = None) -> P
     import torch
 
     from agentrft.samplers.policies import load_model_and_tokenizer
-    from agentrft.train.core.checkpoint import export_policy
+    from agentrft.train.core.checkpoint import export_policy, load_trainable
     from agentrft.train.core.session import prepare_model
 
     base, tokenizer = load_model_and_tokenizer(cfg.policy.name, seed=cfg.seed)
     model = prepare_model(base, cfg.policy.model_copy(update={"gradient_checkpointing": False}))
     if cfg.optimizer.weights == "bf16":
         model.to(torch.bfloat16)  # as the run trained and exported it
-    trained = torch.load(checkpoint / "trainable.pt", weights_only=True)
-    params = dict(model.named_parameters())
-    expected = {n for n, p in params.items() if p.requires_grad}
-    unknown = [n for n in trained if n not in params]
-    if unknown or expected - set(trained):
-        raise InputError(
-            f"{checkpoint} does not match {cfg.policy.name!r} made trainable as the run's config says: unknown "
-            f"{unknown[:3]}, absent {sorted(expected - set(trained))[:3]}"
-        )
-    with torch.no_grad():
-        for name, tensor in trained.items():
-            params[name].copy_(tensor)
+    try:
+        load_trainable(checkpoint, model)
+    except ValueError as err:  # the run's config.yaml was edited, or its policy directory changed since
+        raise InputError(f"{err} (policy {cfg.policy.name!r}, finetune {cfg.policy.finetune})") from None
     export_policy(model, tokenizer, out)
     return checkpoint
