@@ -147,6 +147,32 @@ def test_answer_when_done_pays_the_answer_after_every_milestone_and_not_before(e
     assert grade.reward == pytest.approx(2.5 / 6, abs=1e-12)  # 2 x (1 + 1) + 1 + 1
 
 
+def test_done_needs_result_pays_the_answer_after_the_gold_number_not_after_half_a_program(
+    env, tokenizer, tmp_path
+) -> None:
+    task = _task(env, 3)  # revenue_growth: subtract(a, b), divide(#0, b)
+    d = task.data
+    half = d["program"].split("), ")[0] + ")"  # subtract(a, b): both gold figures, not the answer
+    search = f'<search>{{"query": "{d["company"]} {d["year"]}"}}</search>'
+    opened = f'<open>{{"doc_id": "{d["doc_ids"][0]}"}}</open>'
+    spec = {**PROCESS, "answer_when_done": 1.0}
+    strict = {**spec, "done_needs_result": True}
+    for calc, paid_then, paid_strictly in [(half, 1.0, 0.0), (d["program"], 1.0, 1.0)]:
+        texts = [search, opened, f"<calculate>{calc}</calculate>", "The answer is 1."]
+        traj = play_and_store(env, OracleSampler(Script(texts), tokenizer), task, tmp_path / f"{len(calc)}.db")
+        assert [e.error for e in traj.tool_calls] == [None, None, None]
+        assert grade_trajectory(load_grader(spec), traj, d).turn_rewards == pytest.approx(
+            [1.0, 1.0, 1.0, paid_then], abs=1e-12
+        )
+        assert grade_trajectory(load_grader(strict), traj, d).turn_rewards == pytest.approx(
+            [1.0, 1.0, 1.0, paid_strictly], abs=1e-12
+        )
+    # level 4's expert reaches the answer with its last calculation (the difference): still every milestone
+    l4 = _task(env, 4)
+    traj = play_and_store(env, OracleSampler(env.expert(), tokenizer), l4, tmp_path / "l4.db")
+    assert grade_trajectory(load_grader(strict), traj, l4.data).reward == pytest.approx(1.0, abs=1e-12)
+
+
 def test_a_gold_figure_pays_once_whichever_calculation_writes_it(env, tokenizer, tmp_path) -> None:
     task = _task(env, 4)  # subtract(a, b), divide(#0, b), subtract(c, d), divide(#2, d), subtract(#1, #3)
     first, second = report_programs(task.data)

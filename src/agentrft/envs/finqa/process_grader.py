@@ -21,7 +21,10 @@ cannot collect more than a short one that reaches the same milestones; the final
 earns `answer_turn` (the outcome is the outcome grader's), and the first one after every milestone is
 reached earns `answer_when_done` besides: the turn after a report's calculation is where level 3 answers and
 level 4 goes on to its second report, and without this credit only level 4's side of that decision is paid
-(the second report's search), so RL on both pushed every level towards going on (docs/agentic.md). The
+(the second report's search), so RL on both pushed every level towards going on (docs/agentic.md). With
+``done_needs_result`` the work is done only once a calculation's result is the gold answer: otherwise half a
+program that writes every gold figure (``subtract(a, b)`` for a percentage change) reaches every milestone, and
+GRPO on level 3 learned exactly that (docs/benchmarks.md). The
 scalar reward is the sum of the turn rewards divided by the milestones' total (`retrieved` + `opened` per
 gold report, plus `calculation` and `answer_when_done`): 1.0 when every milestone is reached without a
 penalty and the answer follows. Use it alone, or beside
@@ -30,6 +33,7 @@ the outcome grader in `multi` (whose turn rewards are summed) with ``algorithm.t
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -41,6 +45,7 @@ from agentrft.types import ToolCallEvent, Trajectory
 
 _MALFORMED = {"malformed", "unknown_tool", "bad_arguments"}
 _REFERENCES = re.compile(r"#\d+|const_[\w]+")  # step references and constants are not figures
+_SIGNED = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 DOCUMENT_LEVELS = (3, 4)
 
 
@@ -57,6 +62,12 @@ class FinqaProcessSpec(SpecBase):
         ge=0,
         description="the first turn without a tool call once every milestone is reached: answering when the work is "
         "done, and not before (level 3 answers after its report's calculation, level 4 goes on to the second report)",
+    )
+    done_needs_result: bool = Field(
+        default=False,
+        description="the work is done only once a calculation's result is the gold answer (within 1 %): without it, "
+        "a half or wrong program that writes every gold figure (subtract(a, b) for a percentage change) reaches "
+        "every milestone, and answer_when_done pays for answering its wrong number",
     )
 
 
@@ -87,6 +98,8 @@ class _Milestones:
         self.retrieved: set[str] = set()
         self.shown: dict[str, set[float]] = {d: set() for d in self.reports}
         self.written: set[float] = set()  # gold figures written by successful calculations so far
+        self.answer = item.get("answer") if isinstance(item.get("answer"), int | float) else None
+        self.computed = False  # a successful calculation's result was the gold answer
 
     @property
     def calculated(self) -> float:
@@ -100,9 +113,11 @@ class _Milestones:
 
     @property
     def done(self) -> bool:
-        """Every milestone reached: each gold report listed and all its figures shown, every gold figure written."""
+        """Every milestone reached: each gold report listed and all its figures shown, every gold figure written
+        (and, with ``done_needs_result``, the gold answer computed)."""
         shown = all(self.shown[d] >= figures for d, figures in self.reports.items())
-        return self.retrieved == set(self.reports) and shown and self.written >= self.all_figures
+        computed = self.computed or not self.spec.done_needs_result
+        return self.retrieved == set(self.reports) and shown and self.written >= self.all_figures and computed
 
     def reward(self, e: ToolCallEvent) -> float:
         s = self.spec
@@ -126,8 +141,17 @@ class _Milestones:
         if e.name == "calculate" and self.all_figures:
             new = (expression_figures(str(args.get("expression", ""))) & self.all_figures) - self.written
             self.written |= new
+            self.computed = self.computed or self._is_answer(text)
             return s.calculation * len(new) / len(self.all_figures)
         return 0.0
+
+    def _is_answer(self, result: str) -> bool:
+        """Whether a calculator's result text holds the gold answer (1 % relative tolerance, as the outcome's)."""
+        if self.answer is None:
+            return False
+        gold = float(self.answer)
+        values = (float(m.replace(",", "")) for m in _SIGNED.findall(result))
+        return any(math.isclose(v, gold, rel_tol=0.01, abs_tol=1e-9) for v in values)
 
 
 def _canonical(doc_id: str, reports: dict[str, set[float]]) -> str | None:
