@@ -156,6 +156,25 @@ if [[ $which == all || $which == finqa-l3b ]]; then
   $A eval --env 'finqa-lite:3' --policy hf:runs/fq9/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
     --db runs/l3_60.db --name l3-60-fq9 --json > runs/l3_60_fq9.json
 fi
+# (c''''') 6 more GRPO steps on level 3, from (c'''')'s policy, with the loophole (c'''') found closed: its policy
+# learned to write the gold figures in half a program (subtract(a, b) for a percentage change), which reached every
+# finqa_process milestone and was paid answer_when_done for answering the wrong number; done_needs_result pays that
+# only once a calculation's result is the gold answer. pass_threshold 1.5: a training episode's success is the
+# answer's (answer + process reaches 1.0 on process alone). lr 2e-5, 4 tasks x 8, seed 2. Planned test, written
+# before the run: the final policy on every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired against the
+# base's episodes in runs/l3_60.db.
+if [[ $which == all || $which == finqa-l3c ]]; then
+  G='{"type": "multi", "pass_threshold": 1.5, "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "retrieved": 0.0, "opened": 1.0, "calculation": 2.0, "answer_when_done": 1.0, "done_needs_result": true}}, "calculate_output": "answer + process"}'
+  $A train self-improve --seed 2 --run-dir runs/fq10 --json --set rollout.env=finqa-lite:3 \
+    --set policy.name=hf:runs/fq9/policy --set steps=6 --set rollout.max_tokens=128 --set optimizer.lr=2e-5 \
+    --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$G" \
+    --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
+    --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
+    --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
+    > runs/fq10.json
+  $A eval --env 'finqa-lite:3' --policy hf:runs/fq10/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
+    --db runs/l3_60.db --name l3-60-fq10 --json > runs/l3_60_fq10.json
+fi
 if [[ $which == all || $which == finqa-l3-base ]]; then
   $A eval --env 'finqa-lite:3' --policy smollm2-135m --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
     --db runs/l3_60.db --name l3-60-base --json > runs/l3_60_base.json
