@@ -109,6 +109,18 @@ if [[ $which == all || $which == finqa-l2 ]]; then
   $A demo --env 'finqa-lite:2' --seed 0 --run-dir runs/fq5 --json --set policy.name=hf:runs/fq3/policy --set steps=20 \
     --set rollout.max_tokens=128 --set optimizer.lr=1e-5 --set rollout.group_size=16 > runs/fq5.json
 fi
+# GRPO on finqa-lite level 3 as every level-3 stage below runs it: 4 tasks x 8 a step, 128 tokens a turn,
+# per-turn Dr. GRPO advantages, segments layout with the context's gradient stopped, a checkpoint every 2 steps.
+# Arguments: run (under runs/), policy, seed, steps, lr, grader spec (JSON).
+l3_grpo() {
+  $A train self-improve --seed "$3" --run-dir "runs/$1" --json --set rollout.env=finqa-lite:3 \
+    --set policy.name="$2" --set steps="$4" --set rollout.max_tokens=128 --set optimizer.lr="$5" \
+    --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$6" \
+    --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
+    --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
+    --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
+    > "runs/$1.json"
+}
 # (c''') GRPO on level 3 from finqa-l2's policy, no oracle and no demonstrations: the reward the numeric answer
 # plus half of finqa_process's credit, read from gold data along the path (the search that lists the gold report,
 # opening it, a calculation on its figures, answering then), per-turn advantages, Dr. GRPO (no division by the
@@ -123,13 +135,7 @@ fi
 # rerun here: its 60-task figure is the stopped first try's baseline eval, runs/fq7, sampling seed 7919).
 if [[ $which == all || $which == finqa-l3 ]]; then
   G='{"type": "multi", "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "answer_when_done": 1.0}}, "calculate_output": "answer + 0.5 * process"}'
-  $A train self-improve --seed 0 --run-dir runs/fq8 --json --set rollout.env=finqa-lite:3 \
-    --set policy.name=hf:runs/fq5/policy --set steps=8 --set rollout.max_tokens=128 --set optimizer.lr=1e-5 \
-    --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$G" \
-    --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
-    --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
-    --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
-    > runs/fq8.json
+  l3_grpo fq8 hf:runs/fq5/policy 0 8 1e-5 "$G"
   for p in hf:runs/fq8/policy hf:runs/fq5/policy; do
     n=$(echo "$p" | tr ':/' '__')
     $A eval --env 'finqa-lite:3' --policy "$p" --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
@@ -146,13 +152,7 @@ fi
 # in runs/l3_60.db.
 if [[ $which == all || $which == finqa-l3b ]]; then
   G='{"type": "multi", "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "retrieved": 0.0, "opened": 1.0, "calculation": 2.0, "answer_when_done": 1.0}}, "calculate_output": "answer + process"}'
-  $A train self-improve --seed 1 --run-dir runs/fq9 --json --set rollout.env=finqa-lite:3 \
-    --set policy.name=hf:runs/fq8/policy-step8 --set steps=8 --set rollout.max_tokens=128 --set optimizer.lr=2e-5 \
-    --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$G" \
-    --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
-    --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
-    --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
-    > runs/fq9.json
+  l3_grpo fq9 hf:runs/fq8/policy-step8 1 8 2e-5 "$G"
   $A eval --env 'finqa-lite:3' --policy hf:runs/fq9/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
     --db runs/l3_60.db --name l3-60-fq9 --json > runs/l3_60_fq9.json
 fi
@@ -165,13 +165,7 @@ fi
 # base's episodes in runs/l3_60.db.
 if [[ $which == all || $which == finqa-l3c ]]; then
   G='{"type": "multi", "pass_threshold": 1.5, "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "retrieved": 0.0, "opened": 1.0, "calculation": 2.0, "answer_when_done": 1.0, "done_needs_result": true}}, "calculate_output": "answer + process"}'
-  $A train self-improve --seed 2 --run-dir runs/fq10 --json --set rollout.env=finqa-lite:3 \
-    --set policy.name=hf:runs/fq9/policy --set steps=6 --set rollout.max_tokens=128 --set optimizer.lr=2e-5 \
-    --set rollout.tasks_per_step=4 --set rollout.group_size=8 --set "rollout.grader=$G" \
-    --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
-    --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
-    --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
-    > runs/fq10.json
+  l3_grpo fq10 hf:runs/fq9/policy 2 6 2e-5 "$G"
   $A eval --env 'finqa-lite:3' --policy hf:runs/fq10/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
     --db runs/l3_60.db --name l3-60-fq10 --json > runs/l3_60_fq10.json
 fi
