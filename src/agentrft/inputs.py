@@ -50,7 +50,7 @@ class Problem:
 
     @property
     def more(self) -> str:
-        """ " (and N more)" when there are others, else ""."""
+        """The suffix that counts the others ("(and 2 more)", after a space), or the empty string."""
         return f" (and {self.others} more)" if self.others else ""
 
 
