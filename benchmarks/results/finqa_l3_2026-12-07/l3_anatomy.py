@@ -16,6 +16,7 @@ EVALS = {
     "finqa-l2": ("runs/fq7/agentrft.db", "baseline"),
     "finqa-l3": ("runs/l3_60.db", "l3-60-hf_runs_fq8_policy-step8"),
     "finqa-l3b": ("runs/l3_60.db", "l3-60-fq9"),
+    "finqa-l3c": ("runs/l3_60.db", "l3-60-fq10"),
 }
 
 
