@@ -45,7 +45,6 @@ from agentrft.types import ToolCallEvent, Trajectory
 
 _MALFORMED = {"malformed", "unknown_tool", "bad_arguments"}
 _REFERENCES = re.compile(r"#\d+|const_[\w]+")  # step references and constants are not figures
-_SIGNED = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 DOCUMENT_LEVELS = (3, 4)
 
 
@@ -98,7 +97,8 @@ class _Milestones:
         self.retrieved: set[str] = set()
         self.shown: dict[str, set[float]] = {d: set() for d in self.reports}
         self.written: set[float] = set()  # gold figures written by successful calculations so far
-        self.answer = item.get("answer") if isinstance(item.get("answer"), int | float) else None
+        answer = item.get("answer")
+        self.answer = float(answer) if isinstance(answer, int | float) else None  # yes/no answers: never computed
         self.computed = False  # a successful calculation's result was the gold answer
 
     @property
@@ -146,12 +146,14 @@ class _Milestones:
         return 0.0
 
     def _is_answer(self, result: str) -> bool:
-        """Whether a calculator's result text holds the gold answer (1 % relative tolerance, as the outcome's)."""
-        if self.answer is None:
+        """Whether a calculator's result (one number, `calc.format_number`) is the gold answer (1 % relative
+        tolerance, as the outcome's)."""
+        from agentrft.envs.finqa.program import str_to_num
+
+        value = str_to_num(result.strip())
+        if value is None or self.answer is None:
             return False
-        gold = float(self.answer)
-        values = (float(m.replace(",", "")) for m in _SIGNED.findall(result))
-        return any(math.isclose(v, gold, rel_tol=0.01, abs_tol=1e-9) for v in values)
+        return math.isclose(value, self.answer, rel_tol=0.01, abs_tol=1e-9)
 
 
 def _canonical(doc_id: str, reports: dict[str, set[float]]) -> str | None:
