@@ -61,6 +61,11 @@ def _fsync_tree(root: Path) -> None:
         os.close(fd)
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint directory (``step-NNNNNNNN``) was saved at."""
+    return int(path.name[len(_PREFIX) :])
+
+
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     if not ckpt_root.is_dir():
@@ -68,7 +73,7 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     found = [
         p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX) :].isdigit()
     ]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
+    return sorted(found, key=checkpoint_step)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrft.inputs import InputError
-from agentrft.train.core.checkpoint import list_checkpoints
+from agentrft.train.core.checkpoint import checkpoint_step, list_checkpoints
 from agentrft.train.core.resume import CONFIG_NAME
 
 
@@ -26,7 +26,7 @@ def checkpoint_to_export(run_dir: Path, step: int | None) -> Path:
         raise InputError(f"{run_dir}: no checkpoint (checkpoint.every_steps: 0, or the run stopped before its first)")
     if step is None:
         return found[-1]
-    by_step = {int(p.name.split("-")[-1]): p for p in found}
+    by_step = {checkpoint_step(p): p for p in found}
     if step not in by_step:
         raise InputError(f"{run_dir}: no checkpoint of step {step}; there are steps {sorted(by_step)}")
     return by_step[step]
