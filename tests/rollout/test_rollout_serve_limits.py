@@ -247,6 +247,7 @@ def _wait_until_serving(proc: subprocess.Popen[str], url: str) -> None:
                 return
         assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.2)
+    pytest.fail(f"the served policy did not answer {url}/v1/models within 120 s of starting")
 
 
 @pytest.mark.slow
