@@ -128,8 +128,9 @@ l3_grpo() {
 # update runs the context (prompt, search results, pages) forward without autograd (context_grad=stop): a first
 # try with the exact gradient and 6 tasks a step took 716 s for its first step (518 s of it the update), stopped.
 # The 2026-12-07 run was started with steps=14 and stopped after its step-8 checkpoint for the session's time;
-# its weights were exported with benchmarks/results/finqa_l3_2026-12-07/export_checkpoint.py (with a constant
-# learning rate and the same seeded draws, steps=8 is the same run's first 8 steps).
+# its weights were exported to runs/fq8/policy-step8 (`agentrft export-policy runs/fq8 --out runs/fq8/policy-step8`
+# writes them bit for bit; with a constant learning rate and the same seeded draws, steps=8 is the same run's first
+# 8 steps).
 # The planned test, written before the run: every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired
 # against the base SmolLM2-135M (finqa-l3-base) and against finqa-l2's policy (on 2026-12-07 that one was not
 # rerun here: its 60-task figure is the stopped first try's baseline eval, runs/fq7, sampling seed 7919).
