@@ -22,7 +22,7 @@ from agentrft.train.config.check import check_references
 from agentrft.train.core.metrics import read_metrics
 from agentrft.train.core.packing import to_sequence
 from agentrft.train.rl.branches import BranchSource, branch_turn
-from agentrft.types import Grade, Run, Task
+from agentrft.types import Grade, Run, Task, TokenRecord, ToolCallEvent, Trajectory
 
 TOOL = {
     "type": "function",
@@ -173,3 +173,22 @@ def test_parents_are_chosen_by_the_config_and_a_run_without_any_is_refused_befor
 def test_branching_is_refused_where_it_cannot_run(tmp_path, sets: dict[str, Any], why: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=why):
         _config(tmp_path / "p.db", **sets)
+
+
+def test_after_tool_branches_after_the_first_error_free_call_of_that_tool() -> None:
+    calls = [
+        ToolCallEvent(turn=0, name="search", arguments={}, result="hits"),
+        ToolCallEvent(turn=1, name="open", arguments={}, result="Error: no such doc", error="no such doc"),
+        ToolCallEvent(turn=2, name="open", arguments={}, result="the table"),
+        ToolCallEvent(turn=3, name="open", arguments={}, result="the table again"),
+    ]
+    record = TokenRecord(ids=[1, 2, 3, 4, 5], loss_mask=[1, 1, 1, 1, 1], logprobs=[0.0] * 5, turn=[0, 1, 2, 3, 4])
+    traj = Trajectory(run_id="r", task_id="t", group_id="g", messages=[], events=calls, tokens=record)
+    assert branch_turn(traj, "after_tool:open") == 3  # the failed open at turn 1 does not count
+    assert branch_turn(traj, "after_tool:search") == 1
+    assert branch_turn(traj, "after_tool:calculate") is None  # never called: the parent is left out
+    assert branch_turn(traj, "after_tool_error") == 2
+    cfg = _config("p.db", **{"rollout.branch.turn": "after_tool:open"})
+    assert cfg.rollout.branch.turn == "after_tool:open"
+    with pytest.raises((ConfigError, ValueError), match="rollout.branch.turn"):
+        _config("p.db", **{"rollout.branch.turn": "after:open"})

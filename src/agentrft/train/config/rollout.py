@@ -4,9 +4,10 @@ Collected into `TrainConfig` by `train/config/__init__.py`, which loads and vali
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentrft.rollout.formats import FormatName
 from agentrft.train.config.method import _Cfg
@@ -64,12 +65,21 @@ class BranchConfig(_Cfg):
 
     run: str = Field(description="the stored run (id or name) whose episodes are the parents")
     db: str = Field(default="agentrft.db", description="the store holding that run (the CLI's default store)")
-    turn: int | Literal["last", "after_tool_error"] = Field(
+    turn: int | str = Field(
         default="after_tool_error",
-        description="where to branch: a turn index, the last sampled turn, or the turn after the first tool "
-        "call that returned an error (where a policy has to recover); parents without that turn are left out",
+        description="where to branch: a turn index, the last sampled turn, the turn after the first tool call "
+        "that returned an error (where a policy has to recover), or `after_tool:NAME`, the turn after the first "
+        "call of tool NAME that returned without error (e.g. after_tool:open: the policy continues from the "
+        "document it read); parents without that turn are left out",
     )
     failed_only: bool = Field(default=True, description="branch only from parents whose grade was not a success")
+
+    @field_validator("turn")
+    @classmethod
+    def _known_turn(cls, v: int | str) -> int | str:
+        if isinstance(v, int) or v in ("last", "after_tool_error") or re.fullmatch(r"after_tool:[\w.\-]+", v):
+            return v
+        raise ValueError(f"{v!r} is not a turn index, 'last', 'after_tool_error' or 'after_tool:NAME'")
 
 
 class RolloutConfig(_Cfg):

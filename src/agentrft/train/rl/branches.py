@@ -11,7 +11,8 @@ leaves them out of the loss (`train/core/packing.py`).
 
 Where to branch (``rollout.branch.turn``): a turn index; ``last``, the parent's last sampled turn;
 ``after_tool_error``, the turn after the first tool call that returned an error, where a policy that can
-recover calls again. Parents without that turn, without a token record, whose task the environment does not
+recover calls again; ``after_tool:NAME``, the turn after the first call of tool NAME that returned without
+error, e.g. ``after_tool:open``: every group continues from the document its parent read. Parents without that turn, without a token record, whose task the environment does not
 have, that were played with other tool schemas than the environment's now (``tool_schema_drift``), or (with
 ``failed_only``) that succeeded, are left out and counted. One parent per task: its prefix
 is that task's for the whole run, drawn in the seeded shuffle every task source uses.
@@ -42,9 +43,14 @@ def branch_turn(traj: Trajectory, where: int | str) -> int | None:
         return None
     if where == "last":
         return sampled[-1]
+    calls = [e for e in traj.events if isinstance(e, ToolCallEvent)]
     if where == "after_tool_error":
-        errors = [e.turn for e in traj.events if isinstance(e, ToolCallEvent) and e.error is not None]
+        errors = [e.turn for e in calls if e.error is not None]
         turn = min(errors) + 1 if errors else None
+    elif isinstance(where, str) and where.startswith("after_tool:"):
+        name = where.removeprefix("after_tool:")
+        done = [e.turn for e in calls if e.name == name and e.error is None]
+        turn = min(done) + 1 if done else None
     else:
         turn = int(where)
     return turn if turn in sampled else None
