@@ -111,7 +111,7 @@ if [[ $which == all || $which == finqa-l2 ]]; then
 fi
 # GRPO on finqa-lite level 3 as every level-3 stage below runs it: 4 tasks x 8 a step, 128 tokens a turn,
 # per-turn Dr. GRPO advantages, segments layout with the context's gradient stopped, a checkpoint every 2 steps.
-# Arguments: run (under runs/), policy, seed, steps, lr, grader spec (JSON).
+# Arguments: run (under runs/), policy, seed, steps, lr, grader spec (JSON), then any further --set arguments.
 l3_grpo() {
   $A train self-improve --seed "$3" --run-dir "runs/$1" --json --set rollout.env=finqa-lite:3 \
     --set policy.name="$2" --set steps="$4" --set rollout.max_tokens=128 --set optimizer.lr="$5" \
@@ -119,7 +119,7 @@ l3_grpo() {
     --set algorithm.advantage=dr_grpo --set algorithm.turn_level=true --set algorithm.turn_weight=0.5 \
     --set optimizer.shared_prefix_layout=segments --set optimizer.shared_prefix_row_tokens=4096 \
     --set optimizer.context_grad=stop --set policy.gradient_checkpointing=false --set checkpoint.every_steps=2 \
-    > "runs/$1.json"
+    "${@:7}" > "runs/$1.json"
 }
 # (c''') GRPO on level 3 from finqa-l2's policy, no oracle and no demonstrations: the reward the numeric answer
 # plus half of finqa_process's credit, read from gold data along the path (the search that lists the gold report,
@@ -169,6 +169,26 @@ if [[ $which == all || $which == finqa-l3c ]]; then
   l3_grpo fq10 hf:runs/fq9/policy 2 6 2e-5 "$G"
   $A eval --env 'finqa-lite:3' --policy hf:runs/fq10/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
     --db runs/l3_60.db --name l3-60-fq10 --json > runs/l3_60_fq10.json
+fi
+# (c'''''') Branched GRPO on level 3 (rollout.branch), from the step-8 policy of (c''') (the last one whose
+# calculations were whole programs; (c'''') and (c''''') learned half programs), no oracle: the parents are the
+# policies' own level-3 training episodes of (c''')-(c''''') whose first open read the task's own report
+# (benchmarks/l3_parents.py: 357 episodes, 61 tasks, one parent a task), and each group continues its parent from the
+# turn after that open (after_tool:open), so the calculation and the answer are what is sampled and trained, from
+# the page they need. The fresh-episode runs above reached that page in 48-101 of 120 held-out episodes but a right
+# answer in 2 of 704 training episodes. Reward answer + 0.5 * finqa_process(retrieved 0, opened 1, calculation 2,
+# answer_when_done 1, done_needs_result); 8 parents x 8 a step, 8 steps, lr 2e-5, seed 3, no curriculum (the
+# parents choose the tasks). Planned test, written before the run: the final policy from the prompt (not from a
+# branch) on every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired against the base's episodes in
+# runs/l3_60.db and against (c''')'s.
+if [[ $which == all || $which == finqa-l3d ]]; then
+  .venv/bin/python benchmarks/l3_parents.py runs/l3_parents.db runs/fq8 runs/fq9 runs/fq10
+  G='{"type": "multi", "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "retrieved": 0.0, "opened": 1.0, "calculation": 2.0, "answer_when_done": 1.0, "done_needs_result": true}}, "calculate_output": "answer + 0.5 * process"}'
+  l3_grpo fq11 hf:runs/fq8/policy-step8 3 8 2e-5 "$G" --set rollout.tasks_per_step=8 \
+    --set rollout.curriculum.enabled=false --set rollout.branch.run=l3-parents \
+    --set rollout.branch.db=runs/l3_parents.db --set rollout.branch.turn=after_tool:open
+  $A eval --env 'finqa-lite:3' --policy hf:runs/fq11/policy --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
+    --db runs/l3_60.db --name l3-60-fq11 --json > runs/l3_60_fq11.json
 fi
 if [[ $which == all || $which == finqa-l3-base ]]; then
   $A eval --env 'finqa-lite:3' --policy smollm2-135m --tasks 60 --samples 2 --temperature 0.7 --seed 0 \
