@@ -138,6 +138,9 @@ FORKED_FORGER = (
 def test_a_frame_from_a_process_the_grader_started_is_flagged_forged(backend: str) -> None:
     r = _run(FORKED_FORGER, {}, backend)
     assert not r.ok and r.value is None and r.error_flag == "forged", (r.error_flag, r.error)
+    # the python grader blames the code it ran (a runtime error), not the sandbox (a server error)
+    grade = load_grader({"type": "python", "source": FORKED_FORGER, "timeout_s": 60, "sandbox": backend}).grade("", {})
+    assert grade.reward == 0.0 and [e.flag for e in grade.errors] == ["python_grader_runtime_error"], grade.errors
 
 
 # --- item 5: large results, absurd limits --------------------------------------------------------------------

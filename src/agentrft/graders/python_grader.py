@@ -31,7 +31,9 @@ Flags (reward 0 with the flag):
 - `python_grader_runtime_error`: the code raised (including MemoryError past the
   memory limit, OSError writing outside /tmp), or returned a
   non-number (bool, str), a non-finite number, a number outside the declared
-  range (1e308, 10**400, 1.5 by default).
+  range (1e308, 10**400, 1.5 by default), or a process it started wrote a result of
+  its own on the code's result channel (a forged result: the code's doing, not the
+  sandbox's).
 - `unresponsive_reward_error`: wall-clock timeout or CPU limit (the sandbox is killed).
 - `python_grader_server_error`: the sandbox itself failed (could not be set
   up, died by a signal without a result, or a corrupt result channel).
@@ -62,6 +64,7 @@ from agentrft.tools.sandbox import (
 _FLAGS = {
     "exception": "python_grader_runtime_error",
     "memory": "python_grader_runtime_error",
+    "forged": "python_grader_runtime_error",
     "timeout": "unresponsive_reward_error",
     "cpu_limit": "unresponsive_reward_error",
     "killed": "python_grader_server_error",
