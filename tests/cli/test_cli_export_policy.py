@@ -96,6 +96,7 @@ def test_a_lora_run_exports_its_adapter(tmp_path: Path) -> None:
         ("no-checkpoint", "no checkpoint"),
         ("no-step", "no checkpoint of step 1; there are steps [2, 3]"),
         ("out-not-empty", "exists and is not an empty directory"),
+        ("reward-model", "a reward model's run; its checkpoint is a scorer, not a policy"),
     ],
 )
 def test_what_cannot_be_exported_exits_2_with_one_line(tmp_path: Path, case: str, message: str) -> None:
@@ -108,6 +109,9 @@ def test_what_cannot_be_exported_exits_2_with_one_line(tmp_path: Path, case: str
             step.rename(tmp_path / step.name)
     elif case == "no-step":
         extra = ["--step", "1"]
+    elif case == "reward-model":  # the same checkpoint, as if a reward model's run had written it
+        config = run / "config.yaml"
+        config.write_text(config.read_text().replace("method: sft", "method: reward_model"))
     else:
         out.mkdir()
         (out / "keep.txt").write_text("a user's file")
