@@ -19,6 +19,7 @@ pytest.importorskip("uvicorn")
 from agentrft.graders import load_grader
 from agentrft.rollout.agent_command import AgentCommandConfig, CommandAgent, read_answer, task_payload
 from agentrft.rollout.runner import Runner
+from agentrft.rollout.serve_request import ServeLimits
 from agentrft.samplers.base import SamplingParams
 from agentrft.types import Trajectory
 
@@ -29,13 +30,16 @@ def command(script: Path) -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
 
 
-def play(cmd: str, sampler: FakeSampler, samples: int = 1, **agent_kw: object) -> list[Trajectory]:
+def play(
+    cmd: str, sampler: FakeSampler, samples: int = 1, limits: ServeLimits | None = None, **agent_kw: object
+) -> list[Trajectory]:
     env = FakeEnv()
     agent = CommandAgent(
         AgentCommandConfig(command=cmd, **agent_kw),  # type: ignore[arg-type]
         env,
         sampler,
         params=SamplingParams(temperature=0.7, max_tokens=64),
+        limits=limits,
     )
     runner = Runner(env, sampler, grader=load_grader(env.grader_spec()), progress=False, player=agent)
     return asyncio.run(runner.run([task()], samples, run_id="run-1", policy_version=3))
@@ -132,3 +136,33 @@ def test_the_task_payload_withholds_the_reference() -> None:
         "messages": [{"role": "user", "content": "What is 5829 minus 5735?"}],
         "item": {},
     }
+
+
+def test_a_session_evicted_mid_episode_is_an_error_that_keeps_its_calls(tmp_path: Path) -> None:
+    """Two episodes at once under a bound of one open session: the second one's first call evicts the first's."""
+    called = tmp_path / "called"
+    called.mkdir()
+    both = script(
+        tmp_path,
+        "both.py",
+        f"""
+        import json, os, sys, time, httpx
+        task = json.load(sys.stdin)
+        base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+        r = httpx.post(base + "/chat/completions", headers={{"Authorization": "Bearer " + key}},
+                       json={{"model": "m", "messages": task["messages"]}}, timeout=30)
+        r.raise_for_status()
+        open(os.path.join({str(called)!r}, os.environ["AGENTRFT_SESSION_ID"]), "w").close()
+        while len(os.listdir({str(called)!r})) < 2:  # both have called the model: one session was evicted
+            time.sleep(0.05)
+        print("The answer is 94")
+        """,
+    )
+    sampler = FakeSampler(["The answer is 94", "The answer is 94"])
+    trajs = play(command(both), sampler, samples=2, max_concurrency=2, limits=ServeLimits(max_sessions=1))
+    evicted = [t for t in trajs if t.status == "error"]
+    assert len(evicted) == 1 and "session evicted: the bound of 1 open sessions was reached" in str(evicted[0].error)
+    assert evicted[0].untrainable_reason() == "episode_error"
+    assert evicted[0].tokens is not None and len(evicted[0].metadata["request_kinds"]) == 1  # its call is kept
+    (kept,) = [t for t in trajs if t.status != "error"]
+    assert kept.final_answer == "The answer is 94"

@@ -131,7 +131,8 @@ class CommandAgent:
     ) -> None:
         self.config, self.env, self.sampler = config, env, sampler
         self.params, self.tool_format, self.limits = params, tool_format, limits
-        self.sessions = (limits or ServeLimits()).session_book()
+        self.sessions = (limits or ServeLimits()).session_book(on_evict=self._keep_evicted)
+        self._evicted: dict[str, Session] = {}  # sessions the book let go mid-episode, until their `play` ends
         self._gate: asyncio.Semaphore | None = None  # made in `running()`: each rollout may run on a new event loop
         self._base: str | None = None
         self._key = secrets.token_urlsafe(24)
@@ -192,8 +193,10 @@ class CommandAgent:
             answer, error = await self._run(task, f"{self._base}/sessions/{sid}", sid)
         session = self.sessions.pop(sid)
         evicted = None if session is not None else self.sessions.evicted_reason(sid)
-        if evicted is not None:  # the server forgot it mid-episode (too idle, or too much held): not trained
-            error = error or f"session evicted: {evicted}"
+        if evicted is not None:  # the server forgot it mid-episode (too idle, or too much held): not trained,
+            error = error or f"session evicted: {evicted}"  # but its calls until then are kept in the record
+            session = self._evicted.get(sid)
+        self._evicted.pop(sid, None)
         session = session or Session(sid)  # no session: the agent never called the model
         traj = session.trajectory(
             policy=self.sampler.policy,
@@ -209,6 +212,10 @@ class CommandAgent:
         if not session.calls and policy_version is not None:
             traj.policy_version = policy_version
         return traj
+
+    def _keep_evicted(self, session: Session, reason: str) -> None:
+        """The book evicts a session (`sessions.SessionBook`): its episode's `play` records what it held."""
+        self._evicted[session.id] = session
 
     async def _run(self, task: Task, base_url: str, sid: str) -> tuple[str, str | None]:
         """(final answer, episode error or None) of one run of the command."""
