@@ -322,5 +322,10 @@ def test_detach_runs_the_job_in_a_background_worker(tmp_path: Path) -> None:
     assert job.status == "succeeded" and job.agentrft.pid == data["worker_pid"]
     followed = cli.invoke(app, ["rft", "events", job.id, "--jobs-dir", str(jobs_dir), "--follow"])
     assert followed.exit_code == 0 and "The job has successfully completed" in followed.stdout
+    # the worker prints its summary after it records the job's status: wait for that line, not for the status
     log = (job.run_dir / "worker.log").read_text()
-    assert "step 2/2  reward " in log and "status       succeeded" in log  # its step lines and summary
+    while "status       succeeded" not in log:
+        assert time.time() < deadline, f"the worker wrote no summary: {log[-500:]}"
+        time.sleep(0.2)
+        log = (job.run_dir / "worker.log").read_text()
+    assert "step 2/2  reward " in log  # its step lines
