@@ -17,6 +17,7 @@ EVALS = {
     "finqa-l3": ("runs/l3_60.db", "l3-60-hf_runs_fq8_policy-step8"),
     "finqa-l3b": ("runs/l3_60.db", "l3-60-fq9"),
     "finqa-l3c": ("runs/l3_60.db", "l3-60-fq10"),
+    "finqa-l3d": ("runs/l3_60.db", "l3-60-fq11"),  # branched from the policies' own episodes (runs/fq11)
 }
 
 

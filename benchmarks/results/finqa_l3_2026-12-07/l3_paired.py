@@ -1,9 +1,9 @@
-"""Paired tests on finqa-lite level 3 (held-out, T = 0.7, seed 0), run from the repo root after
-`bash benchmarks/oracle_free.sh finqa-l3`, `finqa-l3-base`, `finqa-l3b` and `finqa-l3c`: the planned test over all
-60 held-out tasks x 2 (the base SmolLM2-135M -> the level-3 GRPO policy, runs/fq8, -> its continuation with the
-process credit on the report and the figures, runs/fq9, and -> that one's with done_needs_result, runs/fq10;
-finqa-l2's policy, runs/fq5 -> them), and the same over the first 32 tasks, the protocol of the earlier level-3
-rows."""
+"""Paired tests on finqa-lite level 3 (held-out, T = 0.7, seed 0), run from the repo root after `bash
+benchmarks/oracle_free.sh finqa-l3`, `finqa-l3-base`, `finqa-l3b`, `finqa-l3c` and `finqa-l3d`: the planned test
+over all 60 held-out tasks x 2 (the base SmolLM2-135M -> the level-3 GRPO policy, runs/fq8, -> its continuation with
+the process credit on the report and the figures, runs/fq9, -> that one's with done_needs_result, runs/fq10, and the
+step-8 policy -> branched GRPO from the policies' own episodes that opened the task's report, runs/fq11; finqa-l2's
+policy, runs/fq5 -> them), and the same over the first 32 tasks, the protocol of the earlier level-3 rows."""
 
 from agentrft.cli.support import eval_result_of
 from agentrft.envs.registry import make_env
@@ -23,6 +23,7 @@ evals = {
     "finqa-l3": ("runs/l3_60.db", "l3-60-hf_runs_fq8_policy-step8"),  # the step-8 checkpoint, exported
     "finqa-l3b": ("runs/l3_60.db", "l3-60-fq9"),
     "finqa-l3c": ("runs/l3_60.db", "l3-60-fq10"),
+    "finqa-l3d": ("runs/l3_60.db", "l3-60-fq11"),  # branched from the policies' own episodes (runs/fq11)
 }
 rates = {name: level_rates(db, run) for name, (db, run) in evals.items()}
 first32 = [t.id for t in list(make_env("finqa-lite:3").tasks("held-out"))[:32]]  # what `eval --tasks 32` plays
@@ -36,6 +37,8 @@ pairs = [
     ("finqa-l3", "finqa-l3b"),
     ("base", "finqa-l3c"),
     ("finqa-l3b", "finqa-l3c"),
+    ("base", "finqa-l3d"),
+    ("finqa-l3", "finqa-l3d"),
 ]
 for a, b in pairs:
     print(f"all 60, {a} -> {b}:", paired_test(rates[a], rates[b]))
