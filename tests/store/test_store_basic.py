@@ -10,6 +10,7 @@ import pytest
 from store_factories import make_traj
 
 from agentrft.store import AmbiguousIdError, DuplicateIdError, NotFoundError, Store, StoreError
+from agentrft.store.sql import select_ids_sql
 from agentrft.types import Grade, Run, Trajectory
 
 
@@ -150,7 +151,7 @@ def test_query_filters(store: Store) -> None:
 def test_queries_use_indexes(store: Store, filters: dict, index: str) -> None:
     """Phase one of every query (ids in order) is answered from a covering index."""
     _fill(store)
-    sql, params = store._select_ids_sql(filters, 10, 0)
+    sql, params = select_ids_sql(filters, 10, 0)
     plan = " ".join(str(r[-1]) for r in store._conn().execute(f"EXPLAIN QUERY PLAN {sql}", params))
     assert f"COVERING INDEX {index}" in plan
     assert "SCAN trajectories" not in plan

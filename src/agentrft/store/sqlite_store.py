@@ -22,50 +22,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrft.store import io as _io
-from agentrft.store.errors import AmbiguousIdError, DuplicateIdError, NotAStoreError, NotFoundError, StoreError
+from agentrft.store.errors import AmbiguousIdError, NotAStoreError, NotFoundError, StoreError
 from agentrft.store.io import ImportReport
 from agentrft.store.schema import BUSY_TIMEOUT_MS, DDL, PRAGMAS, SCHEMA_VERSION
+from agentrft.store.sql import insert_run, insert_trajectory_rows, select_ids_sql, traj_row, where_clause
 from agentrft.types import Grade, Run, RunKind, Trajectory
 
-_TRAJ_COLUMNS = "id, run_id, task_id, group_id, policy_version, reward, success, status, created_at, data"
 _FETCH_CHUNK = 500  # ids per `WHERE id IN (...)`, well under SQLite's variable limit
-_INSERT_TRAJ = f"INSERT INTO trajectories ({_TRAJ_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def _traj_row(traj: Trajectory) -> tuple[Any, ...]:
-    grade = traj.grade
-    return (
-        traj.id,
-        traj.run_id,
-        traj.task_id,
-        traj.group_id,
-        traj.policy_version,
-        None if grade is None else grade.reward,
-        None if grade is None else int(grade.success),
-        traj.status,
-        traj.created_at,
-        traj.to_json(),
-    )
-
-
-def _insert_run(conn: sqlite3.Connection, run: Run) -> None:
-    try:
-        conn.execute(
-            "INSERT INTO runs (id, name, kind, created_at, data) VALUES (?, ?, ?, ?, ?)",
-            (run.id, run.name, run.kind, run.created_at, run.model_dump_json()),
-        )
-    except sqlite3.IntegrityError:
-        raise DuplicateIdError(f"run {run.id} is already in the store") from None
-
-
-def _insert_trajectory_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    # A row at a time (not executemany) so a duplicate is named exactly. SQLite undoes only the
-    # failed statement, so the caller's transaction goes on (or rolls the batch back, its choice).
-    for row in rows:
-        try:
-            conn.execute(_INSERT_TRAJ, row)
-        except sqlite3.IntegrityError:
-            raise DuplicateIdError(f"trajectory {row[0]} is already in the store") from None
 
 
 def _metric_default(value: Any) -> Any:
@@ -107,12 +70,12 @@ class Transaction:
         """Create the run `run_id` (named after its id) unless it exists; True when it was created."""
         if self._conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None:
             return False
-        _insert_run(self._conn, Run(id=run_id, name=run_id, kind=kind))
+        insert_run(self._conn, Run(id=run_id, name=run_id, kind=kind))
         return True
 
     def add_trajectory(self, traj: Trajectory) -> str:
         """Insert one trajectory (visible to others once the block commits); `DuplicateIdError` if its id is stored."""
-        _insert_trajectory_rows(self._conn, [_traj_row(traj)])
+        insert_trajectory_rows(self._conn, [traj_row(traj)])
         return traj.id
 
 
@@ -254,7 +217,7 @@ class Store:
 
     def add_run(self, run: Run) -> str:
         with self._write() as conn:
-            _insert_run(conn, run)
+            insert_run(conn, run)
         return run.id
 
     def update_run(self, run: Run) -> None:
@@ -324,9 +287,9 @@ class Store:
 
     def add_trajectories(self, trajs: Iterable[Trajectory]) -> list[str]:
         """Insert many trajectories in one transaction: all or none."""
-        rows = [_traj_row(t) for t in trajs]
+        rows = [traj_row(t) for t in trajs]
         with self._write() as conn:
-            _insert_trajectory_rows(conn, rows)  # a duplicate rolls the whole batch back
+            insert_trajectory_rows(conn, rows)  # a duplicate rolls the whole batch back
         return [r[0] for r in rows]
 
     def get_trajectory(self, traj_id: str) -> Trajectory:
@@ -358,55 +321,10 @@ class Store:
                 raise AmbiguousIdError(f"id prefix {traj_id!r} matches several trajectories: {shown}, ...")
         raise NotFoundError(f"no trajectory with id (or id prefix) {traj_id!r} in {self.path}")
 
-    @staticmethod
-    def _where(
-        run_id: str | None = None,
-        task_id: str | None = None,
-        group_id: str | None = None,
-        policy_version: int | None = None,
-        min_reward: float | None = None,
-        max_reward: float | None = None,
-        status: str | None = None,
-    ) -> tuple[str, list[Any]]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("run_id", run_id),
-            ("task_id", task_id),
-            ("group_id", group_id),
-            ("policy_version", policy_version),
-            ("status", status),
-        ):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if min_reward is not None:
-            clauses.append("reward >= ?")
-            params.append(float(min_reward))
-        if max_reward is not None:
-            clauses.append("reward <= ?")
-            params.append(float(max_reward))
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-    def _select_ids_sql(self, filters: dict[str, Any], limit: int | None, offset: int) -> tuple[str, list[Any]]:
-        where, params = self._where(**filters)
-        # Every equality filter has an (x, id) index that yields ids in order. With only a reward
-        # bound SQLite would rather scan the big table in id order than sort a few ids; `+id`
-        # takes the primary key out of the running so the covering (reward, id) index is used.
-        reward_only = filters.get("min_reward") is not None or filters.get("max_reward") is not None
-        reward_only = reward_only and all(
-            filters.get(k) is None for k in ("run_id", "task_id", "group_id", "policy_version", "status")
-        )
-        sql = f"SELECT id FROM trajectories{where} ORDER BY {'+id' if reward_only else 'id'}"
-        if limit is not None or offset:
-            sql += " LIMIT ? OFFSET ?"
-            params += [-1 if limit is None else int(limit), int(offset)]
-        return sql, params
-
     def _iter_data(self, filters: dict[str, Any], limit: int | None, offset: int) -> Iterator[str]:
         """JSON rows matching the filters, in id order: ids from an index first, then rows by key."""
         conn = self._conn()
-        sql, params = self._select_ids_sql(filters, limit, offset)
+        sql, params = select_ids_sql(filters, limit, offset)
         ids = [r[0] for r in conn.execute(sql, params).fetchall()]
         for start in range(0, len(ids), _FETCH_CHUNK):
             chunk = ids[start : start + _FETCH_CHUNK]
@@ -451,7 +369,7 @@ class Store:
         """Number of trajectories matching the filters of `query_trajectories` (limit/offset ignored)."""
         filters.pop("limit", None)
         filters.pop("offset", None)
-        where, params = self._where(**filters)
+        where, params = where_clause(**filters)
         return int(self._conn().execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0])
 
     def set_grade(self, traj_id: str, grade: Grade) -> None:
