@@ -138,8 +138,9 @@ def test_the_task_payload_withholds_the_reference() -> None:
     }
 
 
-def test_a_session_evicted_mid_episode_is_an_error_that_keeps_its_calls(tmp_path: Path) -> None:
-    """Two episodes at once under a bound of one open session: the second one's first call evicts the first's."""
+def _two_episodes_under_one_open_session(tmp_path: Path, calls: int) -> list[Trajectory]:
+    """Two episodes at once under a bound of one open session, each calling the model ``calls`` times; the first
+    call of each waits until both have made it, so the second one's first call has evicted the first's session."""
     called = tmp_path / "called"
     called.mkdir()
     both = script(
@@ -149,20 +150,39 @@ def test_a_session_evicted_mid_episode_is_an_error_that_keeps_its_calls(tmp_path
         import json, os, sys, time, httpx
         task = json.load(sys.stdin)
         base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-        r = httpx.post(base + "/chat/completions", headers={{"Authorization": "Bearer " + key}},
-                       json={{"model": "m", "messages": task["messages"]}}, timeout=30)
-        r.raise_for_status()
-        open(os.path.join({str(called)!r}, os.environ["AGENTRFT_SESSION_ID"]), "w").close()
-        while len(os.listdir({str(called)!r})) < 2:  # both have called the model: one session was evicted
-            time.sleep(0.05)
+        for n in range({calls}):
+            r = httpx.post(base + "/chat/completions", headers={{"Authorization": "Bearer " + key}},
+                           json={{"model": "m", "messages": task["messages"]}}, timeout=30)
+            r.raise_for_status()
+            if n == 0:
+                open(os.path.join({str(called)!r}, os.environ["AGENTRFT_SESSION_ID"]), "w").close()
+                while len(os.listdir({str(called)!r})) < 2:  # both have called the model once
+                    time.sleep(0.05)
         print("The answer is 94")
         """,
     )
-    sampler = FakeSampler(["The answer is 94", "The answer is 94"])
-    trajs = play(command(both), sampler, samples=2, max_concurrency=2, limits=ServeLimits(max_sessions=1))
+    sampler = FakeSampler(["The answer is 94"] * 2 * calls)
+    return play(command(both), sampler, samples=2, max_concurrency=2, limits=ServeLimits(max_sessions=1))
+
+
+def test_a_session_evicted_mid_episode_is_an_error_that_keeps_its_calls(tmp_path: Path) -> None:
+    trajs = _two_episodes_under_one_open_session(tmp_path, calls=1)
     evicted = [t for t in trajs if t.status == "error"]
     assert len(evicted) == 1 and "session evicted: the bound of 1 open sessions was reached" in str(evicted[0].error)
     assert evicted[0].untrainable_reason() == "episode_error"
     assert evicted[0].tokens is not None and len(evicted[0].metadata["request_kinds"]) == 1  # its call is kept
     (kept,) = [t for t in trajs if t.status != "error"]
     assert kept.final_answer == "The answer is 94"
+
+
+def test_calls_after_an_eviction_join_the_evicted_calls_and_the_episode_stays_an_error(tmp_path: Path) -> None:
+    """The evicted episode's second call opens its session again (which may evict the other's in turn, or not,
+    if the other has finished by then): an episode evicted at any point is an error, and every record holds both
+    of its episode's calls."""
+    trajs = _two_episodes_under_one_open_session(tmp_path, calls=2)
+    errors = [t for t in trajs if t.status == "error"]
+    assert 1 <= len(errors) <= 2
+    assert all("session evicted: the bound of 1 open sessions was reached" in str(t.error) for t in errors)
+    assert all(t.final_answer == "The answer is 94" for t in trajs if t not in errors)
+    for traj in trajs:
+        assert len(traj.metadata["request_kinds"]) == 2 and traj.tokens is not None, traj.metadata

@@ -132,7 +132,8 @@ class CommandAgent:
         self.config, self.env, self.sampler = config, env, sampler
         self.params, self.tool_format, self.limits = params, tool_format, limits
         self.sessions = (limits or ServeLimits()).session_book(on_evict=self._keep_evicted)
-        self._evicted: dict[str, Session] = {}  # sessions the book let go mid-episode, until their `play` ends
+        self._live: set[str] = set()  # the session ids of episodes being played
+        self._evicted: dict[str, tuple[Session, str]] = {}  # of those, the sessions the book let go, and why
         self._gate: asyncio.Semaphore | None = None  # made in `running()`: each rollout may run on a new event loop
         self._base: str | None = None
         self._key = secrets.token_urlsafe(24)
@@ -189,14 +190,21 @@ class CommandAgent:
         if self._base is None or self._gate is None:
             raise RuntimeError("CommandAgent.play needs the server: call it inside `async with agent.running()`")
         sid = new_id()
-        async with self._gate:
-            answer, error = await self._run(task, f"{self._base}/sessions/{sid}", sid)
-        session = self.sessions.pop(sid)
-        evicted = None if session is not None else self.sessions.evicted_reason(sid)
-        if evicted is not None:  # the server forgot it mid-episode (too idle, or too much held): not trained,
-            error = error or f"session evicted: {evicted}"  # but its calls until then are kept in the record
-            session = self._evicted.get(sid)
-        self._evicted.pop(sid, None)
+        self._live.add(sid)
+        try:
+            async with self._gate:
+                answer, error = await self._run(task, f"{self._base}/sessions/{sid}", sid)
+            session = self.sessions.pop(sid)
+            kept = self._evicted.pop(sid, None)
+        finally:
+            self._live.discard(sid)
+            self._evicted.pop(sid, None)
+        if kept is not None:  # the server let it go mid-episode (too idle, or too much held): not trained, but
+            evicted, reason = kept  # what it held, and what the agent asked after, stay in the record
+            error = error or f"session evicted: {reason}"
+            if session is not None:
+                evicted.calls.extend(session.calls)
+            session = evicted
         session = session or Session(sid)  # no session: the agent never called the model
         traj = session.trajectory(
             policy=self.sampler.policy,
@@ -214,8 +222,14 @@ class CommandAgent:
         return traj
 
     def _keep_evicted(self, session: Session, reason: str) -> None:
-        """The book evicts a session (`sessions.SessionBook`): its episode's `play` records what it held."""
-        self._evicted[session.id] = session
+        """The book evicts a session (`sessions.SessionBook`): if it is a running episode's, that episode's `play`
+        records what it held (a session evicted twice: both parts, in order); any other is the server's to drop."""
+        if session.id not in self._live:
+            return
+        if (earlier := self._evicted.get(session.id)) is not None:
+            earlier[0].calls.extend(session.calls)
+            return
+        self._evicted[session.id] = (session, reason)
 
     async def _run(self, task: Task, base_url: str, sid: str) -> tuple[str, str | None]:
         """(final answer, episode error or None) of one run of the command."""
