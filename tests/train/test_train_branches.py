@@ -190,5 +190,15 @@ def test_after_tool_branches_after_the_first_error_free_call_of_that_tool() -> N
     assert branch_turn(traj, "after_tool_error") == 2
     cfg = _config("p.db", **{"rollout.branch.turn": "after_tool:open"})
     assert cfg.rollout.branch.turn == "after_tool:open"
+    assert _config("p.db", **{"rollout.branch.turn": "2"}).rollout.branch.turn == 2  # a quoted index (YAML "2")
     with pytest.raises((ConfigError, ValueError), match="rollout.branch.turn"):
         _config("p.db", **{"rollout.branch.turn": "after:open"})
+
+
+def test_after_tool_of_a_tool_the_environment_lacks_is_refused_before_training(tmp_path) -> None:
+    _record_parents(tmp_path / "parents.db")
+    with pytest.raises(ConfigError, match=r"rollout.branch.turn: the environment has no tool 'g'; its tools: \['f'\]"):
+        check_references(_config(tmp_path / "parents.db", **{"rollout.branch.turn": "after_tool:g"}), env=ToolEnv())
+    # a tool it has passes the name check; these parents' only call of f failed, so none has that turn
+    with pytest.raises(ConfigError, match=r"config: rollout.branch: no parent episode.*6 no turn"):
+        check_references(_config(tmp_path / "parents.db", **{"rollout.branch.turn": "after_tool:f"}), env=ToolEnv())

@@ -62,14 +62,18 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
             )
     if cfg.rollout.branch is not None:
         from agentrft.store import Store
-        from agentrft.train.rl.branches import BranchSource
+        from agentrft.train.rl.branches import BranchSource, after_tool
 
+        tool = after_tool(cfg.rollout.branch.turn)
+        names = sorted(str(s.get("function", {}).get("name")) for s in env.tool_schemas())
+        if tool is not None and tool not in names:
+            raise refuse("rollout.branch.turn", f"the environment has no tool {tool!r}; its tools: {names}")
         try:
             with Store.open_existing(cfg.rollout.branch.db) as store:
                 tasks, schemas = env.tasks(cfg.rollout.split), env.tool_schema_hash()
                 BranchSource.from_store(cfg.rollout.branch, store, tasks, cfg.seed, schemas)
         except (InputError, StoreError) as exc:
-            raise refuse("rollout.branch", str(exc)) from None
+            raise refuse("rollout.branch", str(exc).removeprefix("rollout.branch: ")) from None
     if cfg.agent is not None:
         if cfg.method != "grpo":
             raise refuse("agent", f"agent.command runs episodes for method grpo, not {cfg.method}")

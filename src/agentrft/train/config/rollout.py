@@ -79,6 +79,8 @@ class BranchConfig(_Cfg):
     def _known_turn(cls, v: int | str) -> int | str:
         if isinstance(v, int) or v in ("last", "after_tool_error") or re.fullmatch(r"after_tool:[\w.\-]+", v):
             return v
+        if re.fullmatch(r"-?\d+", v):  # a quoted index ("2" in YAML, JSON or TOML) is the index
+            return int(v)
         raise ValueError(f"{v!r} is not a turn index, 'last', 'after_tool_error' or 'after_tool:NAME'")
 
 

@@ -12,10 +12,11 @@ leaves them out of the loss (`train/core/packing.py`).
 Where to branch (``rollout.branch.turn``): a turn index; ``last``, the parent's last sampled turn;
 ``after_tool_error``, the turn after the first tool call that returned an error, where a policy that can
 recover calls again; ``after_tool:NAME``, the turn after the first call of tool NAME that returned without
-error, e.g. ``after_tool:open``: every group continues from the document its parent read. Parents without that turn, without a token record, whose task the environment does not
-have, that were played with other tool schemas than the environment's now (``tool_schema_drift``), or (with
-``failed_only``) that succeeded, are left out and counted. One parent per task: its prefix
-is that task's for the whole run, drawn in the seeded shuffle every task source uses.
+error, e.g. ``after_tool:open``: every group continues from the document its parent read. Parents without that
+turn, without a token record, whose task the environment does not have, that were played with other tool schemas
+than the environment's now (``tool_schema_drift``), or (with ``failed_only``) that succeeded, are left out and
+counted. One parent per task: its prefix is that task's for the whole run, drawn in the seeded shuffle every task
+source uses.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from agentrft.train.rl.stages import next_tasks
 from agentrft.types import Task, ToolCallEvent, Trajectory
 
 
+def after_tool(where: int | str) -> str | None:
+    """The tool NAME of ``after_tool:NAME``, else None."""
+    return where.removeprefix("after_tool:") if isinstance(where, str) and where.startswith("after_tool:") else None
+
+
 def branch_turn(traj: Trajectory, where: int | str) -> int | None:
     """The turn of ``traj`` to branch at (see the module docstring), or None when it has none."""
     tok = traj.tokens
@@ -47,8 +53,7 @@ def branch_turn(traj: Trajectory, where: int | str) -> int | None:
     if where == "after_tool_error":
         errors = [e.turn for e in calls if e.error is not None]
         turn = min(errors) + 1 if errors else None
-    elif isinstance(where, str) and where.startswith("after_tool:"):
-        name = where.removeprefix("after_tool:")
+    elif (name := after_tool(where)) is not None:
         done = [e.turn for e in calls if e.name == name and e.error is None]
         turn = min(done) + 1 if done else None
     else:
