@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from agentrft.envs.finqa.process_grader import gold_doc_id
 from agentrft.envs.registry import make_env
 from agentrft.store import RUN_STORE_NAME, Store
 from agentrft.types import Run, ToolCallEvent, Trajectory
@@ -21,10 +22,14 @@ from agentrft.types import Run, ToolCallEvent, Trajectory
 
 def opened_own_report(traj: Trajectory, doc_ids: list[str]) -> bool:
     opens = [e for e in traj.events if isinstance(e, ToolCallEvent) and e.name == "open" and e.error is None]
-    return bool(opens) and isinstance(opens[0].arguments, dict) and opens[0].arguments.get("doc_id") in doc_ids
+    if not opens or not isinstance(opens[0].arguments, dict):
+        return False
+    return gold_doc_id(str(opens[0].arguments.get("doc_id", "")), doc_ids) is not None  # as finqa_process reads it
 
 
 def main(out_db: str, run_dirs: list[str]) -> None:
+    if Path(out_db).exists():
+        raise SystemExit(f"{out_db} exists: remove it to select the parents again")
     tasks = {t.id: t for t in make_env("finqa-lite:3").tasks("train")}
     counts: Counter[str] = Counter()
     kept: list[Trajectory] = []

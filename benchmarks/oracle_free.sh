@@ -182,6 +182,7 @@ fi
 # branch) on every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired against the base's episodes in
 # runs/l3_60.db and against (c''')'s.
 if [[ $which == all || $which == finqa-l3d ]]; then
+  rm -f runs/l3_parents.db
   .venv/bin/python benchmarks/l3_parents.py runs/l3_parents.db runs/fq8 runs/fq9 runs/fq10
   G='{"type": "multi", "graders": {"answer": {"type": "numeric", "name": "answer", "input": "{{ sample.output_text }}", "reference": "{{ item.answer }}", "rel_tol": 0.01}, "process": {"type": "finqa_process", "retrieved": 0.0, "opened": 1.0, "calculation": 2.0, "answer_when_done": 1.0, "done_needs_result": true}}, "calculate_output": "answer + 0.5 * process"}'
   l3_grpo fq11 hf:runs/fq8/policy-step8 3 8 2e-5 "$G" --set rollout.tasks_per_step=8 \

@@ -1,7 +1,7 @@
 """Where level-3 episodes fail, step by step (run from the repo root after the evals of `l3_paired.py`): of the
-episodes of each eval, how many opened a gold report (the task's own company and year), wrote any or all of the
-gold figures in a calculation, copied the worked example's figures, and succeeded. The prompt's worked example
-is left out (its calls are prompt messages)."""
+episodes of each eval, how many opened a gold report (the task's own company and year), wrote any or all of the gold
+figures in a calculation, copied the worked example's figures, and succeeded; and how many opened any report, and
+calculated before opening one. The prompt's worked example is left out (its calls are prompt messages)."""
 
 import json
 import sqlite3
@@ -30,7 +30,8 @@ def _argument(call: dict, key: str) -> str:
 
 
 def anatomy(db: str, run: str, tasks: dict) -> dict[str, int]:
-    counts = dict.fromkeys(("episodes", "success", "opened_gold", "some_figures", "all_figures", "example"), 0)
+    keys = ("episodes", "success", "opened_any", "opened_gold", "calc_before_open", "some_figures", "all_figures")
+    counts = dict.fromkeys((*keys, "example"), 0)
     conn = sqlite3.connect(db)
     (run_id,) = conn.execute("select id from runs where name = ?", (run,)).fetchone()
     for task_id, success, data in conn.execute(
@@ -47,7 +48,10 @@ def anatomy(db: str, run: str, tasks: dict) -> dict[str, int]:
         figures = set().union(*report_operands(item))
         counts["episodes"] += 1
         counts["success"] += bool(success)
+        counts["opened_any"] += bool(opened)
         counts["opened_gold"] += bool(opened & {d.lower() for d in item["doc_ids"]})
+        names = [c["name"] for c in calls]
+        counts["calc_before_open"] += "calculate" in names and "open" not in names[: names.index("calculate")]
         counts["some_figures"] += bool(figures & written)
         counts["all_figures"] += figures <= written
         counts["example"] += written >= EXAMPLE_FIGURES

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -130,7 +131,7 @@ class _Milestones:
             self.retrieved |= listed
             return s.retrieved * len(listed)
         if e.name == "open":
-            doc = _canonical(str(args.get("doc_id", "")), self.reports)
+            doc = gold_doc_id(str(args.get("doc_id", "")), self.reports)
             if doc is None or not self.reports[doc]:
                 return 0.0
             from agentrft.envs.finqa.curriculum import numbers_in
@@ -156,10 +157,10 @@ class _Milestones:
         return math.isclose(value, self.answer, rel_tol=0.01, abs_tol=1e-9)
 
 
-def _canonical(doc_id: str, reports: dict[str, set[float]]) -> str | None:
+def gold_doc_id(doc_id: str, gold: Iterable[str]) -> str | None:
     """The gold doc_id that `open` resolved `doc_id` to (it matches case-insensitively), or None."""
     key = doc_id.strip().lower()
-    return next((d for d in reports if d.lower() == key), None)
+    return next((d for d in gold if d.lower() == key), None)
 
 
 def turn_count(traj: Trajectory) -> int:
