@@ -176,11 +176,11 @@ fi
 # (benchmarks/l3_parents.py: 357 episodes of 61 tasks; one parent a task, 60 of them failed ones), and each group
 # continues its parent from the turn after that open (after_tool:open), so the calculation and the answer are what
 # is sampled and trained, from the page they need. The fresh-episode runs above reached that page in 48-101 of 120
-# held-out episodes but a right answer in 2 of 704 training episodes. Reward answer + 0.5 * finqa_process(retrieved 0, opened 1, calculation 2,
-# answer_when_done 1, done_needs_result); 8 parents x 8 a step, 8 steps, lr 2e-5, seed 3, no curriculum (the
-# parents choose the tasks). Planned test, written before the run: the final policy from the prompt (not from a
-# branch) on every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired against the base's episodes in
-# runs/l3_60.db and against (c''')'s.
+# held-out episodes but a right answer in 2 of 704 training episodes. Reward answer + 0.5 * finqa_process(retrieved
+# 0, opened 1, calculation 2, answer_when_done 1, done_needs_result); 8 parents x 8 a step, 8 steps, lr 2e-5, seed
+# 3, no curriculum (the parents choose the tasks). Planned test, written before the run: the final policy from the
+# prompt (not from a branch) on every held-out level-3 task (60) x 2 at T = 0.7, seed 0, paired against the base's
+# episodes in runs/l3_60.db and against (c''')'s.
 if [[ $which == all || $which == finqa-l3d ]]; then
   rm -f runs/l3_parents.db
   .venv/bin/python benchmarks/l3_parents.py runs/l3_parents.db runs/fq8 runs/fq9 runs/fq10
