@@ -9,16 +9,10 @@ import pytest
 import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams, TokenSampler, TrainablePolicy
+from agentrft.samplers.decode_rows import RowState, make_generator
 from agentrft.samplers.distribution import top_p_drop
 from agentrft.samplers.hf import HFSampler
-from agentrft.samplers.hf_decode import (
-    DecodeSpec,
-    RowState,
-    RunningBatch,
-    _slot_width,
-    generate_batch,
-    make_generator,
-)
+from agentrft.samplers.hf_decode import DecodeSpec, RunningBatch, _slot_width, generate_batch
 from agentrft.samplers.hf_prefill import _prefill_chunks
 from agentrft.samplers.policies import PolicyError, load_policy, tiny_model_and_tokenizer
 

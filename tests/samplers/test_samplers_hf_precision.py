@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from agentrft.samplers.base import SampleRequest, SamplingParams
+from agentrft.samplers.decode_rows import RowState, make_generator
 from agentrft.samplers.hf import GQA_SWITCH, HFSampler
-from agentrft.samplers.hf_decode import DecodeSpec, RowState, RunningBatch, make_generator
+from agentrft.samplers.hf_decode import DecodeSpec, RunningBatch
 from agentrft.samplers.policies import PolicyError, load_trainable_policy, tiny_model_and_tokenizer
 
 PARAMS = SamplingParams(temperature=0.7, max_tokens=16)

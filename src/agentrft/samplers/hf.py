@@ -296,7 +296,8 @@ class HFSampler(InProcessPolicy):
         Long on purpose: one loop holds the batch's state (pending requests, the running batch, the compute
         context across a training pause) that every branch of it changes; split, each piece would pass all of it."""
 
-        from agentrft.samplers.hf_decode import RowState, RunningBatch, make_generator
+        from agentrft.samplers.decode_rows import RowState, make_generator
+        from agentrft.samplers.hf_decode import RunningBatch
 
         pending: deque[_Pending] = deque()
         batch: RunningBatch | None = None
