@@ -17,11 +17,11 @@ from pathlib import Path
 from agentrft.envs.finqa.process_grader import gold_doc_id
 from agentrft.envs.registry import make_env
 from agentrft.store import RUN_STORE_NAME, Store
-from agentrft.types import Run, ToolCallEvent, Trajectory
+from agentrft.types import Run, Trajectory
 
 
 def opened_own_report(traj: Trajectory, doc_ids: list[str]) -> bool:
-    opens = [e for e in traj.events if isinstance(e, ToolCallEvent) and e.name == "open" and e.error is None]
+    opens = [e for e in traj.tool_calls if e.name == "open" and e.error is None]
     if not opens or not isinstance(opens[0].arguments, dict):
         return False
     return gold_doc_id(str(opens[0].arguments.get("doc_id", "")), doc_ids) is not None  # as finqa_process reads it

@@ -195,10 +195,9 @@ class CommandAgent:
             async with self._gate:
                 answer, error = await self._run(task, f"{self._base}/sessions/{sid}", sid)
             session = self.sessions.pop(sid)
-            kept = self._evicted.pop(sid, None)
         finally:
             self._live.discard(sid)
-            self._evicted.pop(sid, None)
+            kept = self._evicted.pop(sid, None)
         if kept is not None:  # the server let it go mid-episode (too idle, or too much held): not trained, but
             evicted, reason = kept  # what it held, and what the agent asked after, stay in the record
             error = error or f"session evicted: {reason}"

@@ -64,10 +64,10 @@ def check_references(cfg: TrainConfig, source: str = "config", env: Environment 
         from agentrft.store import Store
         from agentrft.train.rl.branches import BranchSource, after_tool
 
-        tool = after_tool(cfg.rollout.branch.turn)
-        names = sorted(str(s.get("function", {}).get("name")) for s in env.tool_schemas())
-        if tool is not None and tool not in names:
-            raise refuse("rollout.branch.turn", f"the environment has no tool {tool!r}; its tools: {names}")
+        if (tool := after_tool(cfg.rollout.branch.turn)) is not None:
+            names = sorted(str(s.get("function", {}).get("name")) for s in env.tool_schemas())
+            if tool not in names:
+                raise refuse("rollout.branch.turn", f"the environment has no tool {tool!r}; its tools: {names}")
         try:
             with Store.open_existing(cfg.rollout.branch.db) as store:
                 tasks, schemas = env.tasks(cfg.rollout.split), env.tool_schema_hash()

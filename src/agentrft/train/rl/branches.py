@@ -31,7 +31,7 @@ from agentrft.rollout.replay import prefix_of
 from agentrft.store import Store
 from agentrft.train.config.rollout import BranchConfig
 from agentrft.train.rl.stages import next_tasks
-from agentrft.types import Task, ToolCallEvent, Trajectory
+from agentrft.types import Task, Trajectory
 
 
 def after_tool(where: int | str) -> str | None:
@@ -49,7 +49,7 @@ def branch_turn(traj: Trajectory, where: int | str) -> int | None:
         return None
     if where == "last":
         return sampled[-1]
-    calls = [e for e in traj.events if isinstance(e, ToolCallEvent)]
+    calls = traj.tool_calls
     if where == "after_tool_error":
         errors = [e.turn for e in calls if e.error is not None]
         turn = min(errors) + 1 if errors else None
